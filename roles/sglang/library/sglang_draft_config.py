@@ -1,0 +1,329 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Set the aux hidden-state layer ids in an EAGLE-3 draft model's config.json."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_draft_config
+short_description: Set and verify the EAGLE-3 aux layer ids SGLang reads from a draft model
+description:
+  - SGLang reads the layer ids whose hidden states feed an EAGLE-3 draft only from the
+    draft's C(config.json), key C(eagle_config.eagle_aux_hidden_state_layer_ids), inside a
+    bare try/except that silently falls back to its defaults on any mistake.
+  - This module validates the ids (against the target's layer count and the draft's fc
+    weight shape), writes them atomically keeping every other key, key order and indent,
+    keeps a backup, then re-reads the file and fails (restoring it) unless SGLang would
+    read exactly the requested list.
+  - If C(config.json) is a symlink (Hugging Face cache snapshots) the link is replaced by a
+    regular file, so the shared content-addressed blob is never edited.
+options:
+  path:
+    description: Draft model directory holding C(config.json).
+    type: path
+    required: true
+  layer_ids:
+    description:
+      - Ids to write, in the form the installed SGLang release needs (decided by the caller,
+        e.g. C([-1, 2, 30]) on patched releases or C([0, 3, 31]) from 0.5.14).
+      - Each must be a real int; strings and booleans are refused, not converted.
+    type: raw
+    required: true
+  user_layer_ids:
+    description:
+      - The ids as the user wrote them in C(sglang_eagle3_layer_ids); validated so that
+        errors name the user's variable. Not written.
+    type: raw
+  target_model_path:
+    description: Target model directory; its C(config.json) bounds the ids by C(num_hidden_layers).
+    type: str
+  backup_dir:
+    description:
+      - Where the previous file is kept as C(draft-config.<hash>.json) (overwritten on each
+        change) and the first-seen file as C(draft-config.<hash>.orig.json) (never
+        overwritten). C(<hash>) is the first 16 hex of sha256 of the config path, which is
+        also written to C(draft-config.<hash>.source).
+    type: path
+    default: /var/lib/sglang-remediation/backup
+  state:
+    description: C(present) writes; C(audit) never writes and reports C(compliant).
+    type: str
+    choices: [present, audit]
+    default: present
+"""
+
+EXAMPLES = r"""
+- name: Point the draft at the embedding output and layers 2 and 30
+  sglang_draft_config:
+    path: /models/deepseek-v3-eagle3
+    layer_ids: [-1, 2, 30]
+    user_layer_ids: "{{ sglang_eagle3_layer_ids }}"
+    target_model_path: /models/DeepSeek-V3
+"""
+
+RETURN = r"""
+path:
+  description: The config.json path.
+  type: str
+  returned: always
+layer_ids_before:
+  description: What SGLang read before; null when the key was absent.
+  type: raw
+  returned: always
+layer_ids_after:
+  description: What SGLang reads after this run, or would in check mode. For state=audit, what it reads now.
+  type: raw
+  returned: always
+sha256_before:
+  description: sha256 of config.json before.
+  type: str
+  returned: always
+sha256_after:
+  description: sha256 of config.json after, or what it would be in check mode.
+  type: str
+  returned: always
+backup:
+  description: Backup of the previous file when one was written this run, else null.
+  type: str
+  returned: always
+backup_orig:
+  description: First-seen original kept in backup_dir when a write happened this run, else null.
+  type: str
+  returned: always
+expected_count:
+  description: Hidden states the draft fc layer fuses, from its safetensors header; null if unknown.
+  type: int
+  returned: always
+num_hidden_layers:
+  description: Decoder layers of the target; null if unknown.
+  type: int
+  returned: always
+compliant:
+  description: The file already held exactly layer_ids (int for int, same order).
+  type: bool
+  returned: always
+errors:
+  description: Every validation error, when the module refused to write.
+  type: list
+  elements: str
+  returned: failure
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_speculative import (
+    expected_id_count_from_draft,
+    get_layer_ids,
+    ignored_layer_keys,
+    read_num_hidden_layers,
+    render_config,
+    same_ids,
+    validate_layer_ids,
+    with_layer_ids,
+)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename durable; a crash must not bring back the old ids."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(dest: str, data: bytes, like: os.stat_result) -> None:
+    """Replace ``dest`` via a temp file in the same directory and os.replace, with
+    the mode and owner of ``like``, so SGLang never sees a half-written config."""
+    directory = os.path.dirname(dest) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(dest), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fchmod(handle.fileno(), like.st_mode & 0o7777)
+            try:
+                os.fchown(handle.fileno(), like.st_uid, like.st_gid)
+            except PermissionError:
+                got = os.fstat(handle.fileno())
+                if (got.st_uid, got.st_gid) != (like.st_uid, like.st_gid):
+                    raise PermissionError(
+                        "cannot keep owner %d:%d of %s as uid %d; run with become"
+                        % (like.st_uid, like.st_gid, dest, os.geteuid())
+                    )
+            os.fsync(handle.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_result):
+    """Keep the previous file and, once, the first-seen original, named by a hash
+    of the config path so two drafts never overwrite each other's backups."""
+    os.makedirs(backup_dir, mode=0o755, exist_ok=True)
+    key = _sha256(os.path.abspath(config_path).encode("utf-8"))[:16]
+    stem = os.path.join(backup_dir, "draft-config.%s" % key)
+    source = stem + ".source"
+    if not os.path.exists(source):
+        atomic_write(source, (os.path.abspath(config_path) + "\n").encode("utf-8"), like)
+    orig = stem + ".orig.json"
+    if not os.path.exists(orig):
+        atomic_write(orig, data, like)
+    previous = stem + ".json"
+    atomic_write(previous, data, like)
+    return previous, orig
+
+
+def read_config(module: AnsibleModule, config_path: str):
+    """Load the draft config or fail naming the file; never touch a file we cannot parse."""
+    if not os.path.isfile(config_path):
+        module.fail_json(msg="%s does not exist: is path the draft model directory?" % config_path)
+    with open(config_path, "rb") as handle:
+        data = handle.read()
+    try:
+        text = data.decode("utf-8")
+        config = json.loads(text)
+    except ValueError as exc:  # UnicodeDecodeError is a ValueError
+        module.fail_json(msg="%s is not valid JSON (%s); left untouched" % (config_path, exc))
+    if not isinstance(config, dict):
+        module.fail_json(
+            msg="%s must hold a JSON object, found %s; left untouched"
+            % (config_path, type(config).__name__)
+        )
+    return data, text, config
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            # raw, not list/int: Ansible would turn "2" into 2 and hide the user's mistake.
+            layer_ids=dict(type="raw", required=True),
+            user_layer_ids=dict(type="raw"),
+            target_model_path=dict(type="str"),
+            backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
+            state=dict(type="str", choices=["present", "audit"], default="present"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    config_path = os.path.join(p["path"], "config.json")
+    data, text, config = read_config(module, config_path)
+
+    num_hidden_layers = None
+    target = p["target_model_path"]
+    try:
+        if target:
+            num_hidden_layers = read_num_hidden_layers(target)
+            if num_hidden_layers is None:
+                module.warn(
+                    "target_model_path %s has no config.json with num_hidden_layers; "
+                    "layer ids are not bounded by the target's depth" % target
+                )
+        expected_count = expected_id_count_from_draft(p["path"])
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+
+    errors = []
+    if p["user_layer_ids"] is not None:
+        errors += validate_layer_ids(
+            p["user_layer_ids"], num_hidden_layers, expected_count, var="sglang_eagle3_layer_ids"
+        )
+    errors += validate_layer_ids(p["layer_ids"], num_hidden_layers, expected_count, var="layer_ids")
+    if errors:
+        module.fail_json(
+            msg="refusing to write %s: %s" % (config_path, "; ".join(errors)),
+            errors=errors,
+            expected_count=expected_count,
+            num_hidden_layers=num_hidden_layers,
+        )
+
+    layer_ids = list(p["layer_ids"])
+    for key in ignored_layer_keys(config):
+        module.warn(
+            "%s: eagle_config.%s is ignored by SGLang, which reads only "
+            "eagle_config.eagle_aux_hidden_state_layer_ids; left in place" % (config_path, key)
+        )
+    before = get_layer_ids(config)
+    compliant = same_ids(before, layer_ids)
+    new_text = text if compliant else render_config(with_layer_ids(config, layer_ids), text)
+    new_data = new_text.encode("utf-8")
+
+    result = dict(
+        changed=False,
+        compliant=compliant,
+        path=config_path,
+        layer_ids_before=before,
+        layer_ids_after=layer_ids,
+        sha256_before=_sha256(data),
+        sha256_after=_sha256(new_data),
+        backup=None,
+        backup_orig=None,
+        expected_count=expected_count,
+        num_hidden_layers=num_hidden_layers,
+    )
+    if module._diff:
+        result["diff"] = dict(
+            before_header=config_path, after_header=config_path, before=text, after=new_text
+        )
+
+    if p["state"] == "audit":
+        result["layer_ids_after"] = before
+        result["sha256_after"] = result["sha256_before"]
+        result["msg"] = "%s %s" % (
+            config_path,
+            "holds the requested layer ids" if compliant else "holds %r, not %r" % (before, layer_ids),
+        )
+        module.exit_json(**result)
+    if compliant:
+        result["msg"] = "%s already holds %r" % (config_path, layer_ids)
+        module.exit_json(**result)
+    result["changed"] = True
+    if module.check_mode:
+        result["msg"] = "would set %r (was %r) in %s" % (layer_ids, before, config_path)
+        module.exit_json(**result)
+
+    like = os.stat(config_path)
+    was_link = os.path.islink(config_path)
+    try:
+        result["backup"], result["backup_orig"] = write_backups(p["backup_dir"], config_path, data, like)
+        atomic_write(config_path, new_data, like)
+    except OSError as exc:
+        module.fail_json(msg="could not write %s: %s" % (config_path, exc), **result)
+
+    # Re-read as SGLang will: anything but the exact list means its try/except
+    # would silently use the defaults, so put the old file back and fail.
+    try:
+        with open(config_path, "rb") as handle:
+            reread = json.loads(handle.read().decode("utf-8"))
+        seen = get_layer_ids(reread) if isinstance(reread, dict) else None
+    except ValueError as exc:
+        seen = "unparseable: %s" % exc
+    if not same_ids(seen, layer_ids):
+        atomic_write(config_path, data, like)
+        module.fail_json(
+            msg="%s re-read gives %r, not %r; previous file restored" % (config_path, seen, layer_ids),
+            **result
+        )
+
+    result["msg"] = "set %r (was %r) in %s%s" % (
+        layer_ids, before, config_path,
+        "; replaced the symlink with a regular file" if was_link else "",
+    )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+"""roles/sglang/library/sglang_draft_config.py, run as Ansible runs it: a separate
+process reading its args, on a copy of a real-shaped draft model directory."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+ROLE = os.path.join(ROOT, "roles", "sglang")
+MODULE = os.path.join(ROLE, "library", "sglang_draft_config.py")
+MODULE_UTILS = os.path.join(ROLE, "module_utils")
+FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
+TARGET = os.path.join(FIXTURES, "deepseek-v3")
+sys.path.insert(0, HERE)
+
+from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
+
+KEY = "eagle_aux_hidden_state_layer_ids"
+
+# Make the role's module_utils importable as ansible.module_utils.<name>, as
+# AnsiballZ does on a host, then run the module file as __main__.
+LAUNCHER = """
+import runpy, sys
+import ansible.module_utils
+ansible.module_utils.__path__.append(sys.argv[1])
+module = sys.argv[2]
+sys.argv = [module, sys.argv[3]]
+runpy.run_path(module, run_name="__main__")
+"""
+
+
+@pytest.fixture
+def draft(tmp_path):
+    d = tmp_path / "deepseek-v3-eagle3"
+    d.mkdir()
+    shutil.copy(os.path.join(FIXTURES, "deepseek-v3-eagle3", "config.json"), str(d / "config.json"))
+    os.chmod(str(d / "config.json"), 0o640)
+    write_safetensors(str(d / "model.safetensors"), DEEPSEEK_V3_EAGLE3_TENSORS)
+    return d
+
+
+def run(tmp_path, check_mode=False, diff=False, **args):
+    """Run the module; return (rc, result dict)."""
+    args.setdefault("backup_dir", str(tmp_path / "backup"))
+    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)}
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps(payload))
+    proc = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, MODULE_UTILS, MODULE, str(args_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
+    return proc.returncode, result
+
+
+def config_of(draft):
+    return json.loads((draft / "config.json").read_text())
+
+
+def sha(path):
+    return hashlib.sha256(open(str(path), "rb").read()).hexdigest()
+
+
+def test_module_is_python39_syntax():
+    ast.parse(open(MODULE).read(), feature_version=(3, 9))
+
+
+def test_writes_ids_keeps_everything_else_and_backs_up(tmp_path, draft):
+    original_text = (draft / "config.json").read_text()
+    original = json.loads(original_text)
+    rc, res = run(
+        tmp_path,
+        path=str(draft),
+        layer_ids=[-1, 2, 30],
+        user_layer_ids=[-1, 2, 30],
+        target_model_path=TARGET,
+    )
+    assert rc == 0, res
+    assert res["changed"] is True
+    assert res["layer_ids_before"] is None  # the fixture's typo'd key is not read
+    assert res["layer_ids_after"] == [-1, 2, 30]
+    assert res["expected_count"] == 3 and res["num_hidden_layers"] == 61
+    assert "eagle_config.eagle_aux_hidden_state_layers_ids is ignored" in json.dumps(res.get("warnings"))
+
+    new = config_of(draft)
+    assert new["eagle_config"][KEY] == [-1, 2, 30]
+    # Every other key, its value and the key order are unchanged.
+    assert list(new) == list(original)
+    for key in original:
+        if key != "eagle_config":
+            assert new[key] == original[key]
+    assert new["eagle_config"]["use_aux_hidden_state"] is True
+    assert new["eagle_config"]["eagle_aux_hidden_state_layers_ids"] == [-1, 2, 30]
+    text = (draft / "config.json").read_text()
+    assert text.startswith('{\n  "architectures"') and text.endswith("}\n")
+    assert stat.S_IMODE(os.stat(str(draft / "config.json")).st_mode) == 0o640
+    assert res["sha256_before"] == hashlib.sha256(original_text.encode()).hexdigest()
+    assert res["sha256_after"] == sha(draft / "config.json")
+
+    # Both backups hold the previous file; no temp files left next to config.json.
+    assert open(res["backup"]).read() == original_text
+    assert open(res["backup_orig"]).read() == original_text
+    assert res["backup"].endswith(".json") and res["backup_orig"].endswith(".orig.json")
+    assert sorted(os.listdir(str(draft))) == ["config.json", "model.safetensors"]
+
+
+def test_rerun_is_idempotent(tmp_path, draft):
+    rc, first = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc == 0 and first["changed"]
+    mtime = os.stat(str(draft / "config.json")).st_mtime_ns
+    rc, second = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc == 0 and second["changed"] is False and second["compliant"] is True
+    assert second["backup"] is None
+    assert os.stat(str(draft / "config.json")).st_mtime_ns == mtime
+
+
+def test_second_change_keeps_first_seen_original(tmp_path, draft):
+    original_text = (draft / "config.json").read_text()
+    rc, first = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    after_first = (draft / "config.json").read_text()
+    rc, second = run(tmp_path, path=str(draft), layer_ids=[0, 3, 31])
+    assert rc == 0 and second["changed"] and second["layer_ids_before"] == [-1, 2, 30]
+    assert open(second["backup"]).read() == after_first
+    assert open(second["backup_orig"]).read() == original_text
+    assert config_of(draft)["eagle_config"][KEY] == [0, 3, 31]
+
+
+def test_check_mode_writes_nothing_and_shows_diff(tmp_path, draft):
+    before = sha(draft / "config.json")
+    rc, res = run(tmp_path, check_mode=True, diff=True, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc == 0 and res["changed"] is True
+    assert sha(draft / "config.json") == before
+    assert not (tmp_path / "backup").exists()
+    assert json.loads(res["diff"]["after"])["eagle_config"][KEY] == [-1, 2, 30]
+    assert res["diff"]["before"] == (draft / "config.json").read_text()
+
+
+def test_audit_reports_without_writing(tmp_path, draft):
+    before = sha(draft / "config.json")
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30], state="audit")
+    assert rc == 0 and res["changed"] is False and res["compliant"] is False
+    assert sha(draft / "config.json") == before
+    run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30], state="audit")
+    assert res["compliant"] is True
+
+
+def test_creates_eagle_config_when_absent(tmp_path, draft):
+    config = config_of(draft)
+    del config["eagle_config"]
+    (draft / "config.json").write_text(json.dumps(config, indent=4))
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc == 0 and res["changed"]
+    text = (draft / "config.json").read_text()
+    assert text.startswith('{\n    "architectures"')  # 4-space indent kept
+    new = json.loads(text)
+    assert list(new)[-1] == "eagle_config" and new["eagle_config"] == {KEY: [-1, 2, 30]}
+    assert list(new)[:-1] == list(config)
+
+
+def test_not_json_is_refused_untouched(tmp_path, draft):
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"],')
+    before = sha(draft / "config.json")
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc != 0 and res["failed"]
+    assert str(draft / "config.json") in res["msg"] and "not valid JSON" in res["msg"]
+    assert sha(draft / "config.json") == before
+
+
+def test_json_array_is_refused(tmp_path, draft):
+    (draft / "config.json").write_text("[1, 2]")
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc != 0 and "must hold a JSON object" in res["msg"]
+
+
+def test_missing_config_names_the_file(tmp_path):
+    empty = tmp_path / "nodraft"
+    empty.mkdir()
+    rc, res = run(tmp_path, path=str(empty), layer_ids=[-1, 2, 30])
+    assert rc != 0 and str(empty / "config.json") in res["msg"]
+
+
+@pytest.mark.parametrize(
+    "user_ids, needle",
+    [
+        (["2"], "sglang_eagle3_layer_ids[0] is '2' (str)"),
+        ([True], "sglang_eagle3_layer_ids[0] is True (bool)"),
+        ([2, -1, 30], "sglang_eagle3_layer_ids must be ascending"),
+        ([-1, -1, 2], "sglang_eagle3_layer_ids has duplicate ids [-1]"),
+        ([-1, 2, 61], "the target model has 61 hidden layers"),
+        ([-1, 30], "the draft model's fc layer takes 3 hidden states"),
+    ],
+)
+def test_user_id_mistakes_are_refused_and_file_untouched(tmp_path, draft, user_ids, needle):
+    before = sha(draft / "config.json")
+    rc, res = run(
+        tmp_path,
+        path=str(draft),
+        layer_ids=[-1, 2, 30],
+        user_layer_ids=user_ids,
+        target_model_path=TARGET,
+    )
+    assert rc != 0 and res["failed"]
+    assert any(needle in e for e in res["errors"]), res["errors"]
+    assert sha(draft / "config.json") == before
+    assert not (tmp_path / "backup").exists()
+
+
+def test_layer_ids_are_not_coerced(tmp_path, draft):
+    rc, res = run(tmp_path, path=str(draft), layer_ids=["-1", "2", "30"])
+    assert rc != 0 and "layer_ids[0] is '-1' (str)" in res["errors"][0]
+
+
+def test_symlinked_config_is_replaced_not_the_blob(tmp_path, draft):
+    """Hugging Face cache snapshots link config.json to a shared blob."""
+    blob = tmp_path / "blob"
+    shutil.move(str(draft / "config.json"), str(blob))
+    os.symlink(str(blob), str(draft / "config.json"))
+    blob_sha = sha(blob)
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc == 0 and res["changed"]
+    assert sha(blob) == blob_sha
+    assert not os.path.islink(str(draft / "config.json"))
+    assert config_of(draft)["eagle_config"][KEY] == [-1, 2, 30]
+
+
+ANSIBLE = os.path.join(ROOT, ".venv", "bin", "ansible")
+
+
+@pytest.mark.skipif(not os.path.exists(ANSIBLE), reason="no ansible in .venv")
+def test_through_ansible_adhoc(tmp_path, draft):
+    """End to end: AnsiballZ must ship the role's module_utils with the module."""
+    env = dict(
+        os.environ,
+        ANSIBLE_LIBRARY=os.path.join(ROLE, "library"),
+        ANSIBLE_MODULE_UTILS=MODULE_UTILS,
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",  # "localhost | CHANGED => {json}"
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-local"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-remote"),
+        ANSIBLE_HOME=str(tmp_path / "ansible-home"),
+    )
+    args = json.dumps(
+        {
+            "path": str(draft),
+            "layer_ids": [-1, 2, 30],
+            "target_model_path": TARGET,
+            "backup_dir": str(tmp_path / "backup"),
+        }
+    )
+    proc = subprocess.run(
+        [ANSIBLE, "localhost", "-c", "local", "-i", "localhost,", "-m", "sglang_draft_config", "-a", args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),  # no project ansible.cfg: its callbacks would print around the JSON
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    head, _, body = proc.stdout.partition(" => ")
+    assert head.strip() == "localhost | CHANGED", proc.stdout
+    host_result = json.loads(body)
+    assert host_result["changed"] is True
+    assert host_result["layer_ids_after"] == [-1, 2, 30]
+    assert config_of(draft)["eagle_config"][KEY] == [-1, 2, 30]
+
+
+@pytest.fixture
+def module_code(monkeypatch):
+    """The module imported in-process, to exercise its host-touching helpers."""
+    import importlib.util
+
+    import ansible.module_utils
+
+    monkeypatch.setattr(ansible.module_utils, "__path__", list(ansible.module_utils.__path__) + [MODULE_UTILS])
+    spec = importlib.util.spec_from_file_location("sglang_draft_config_under_test", MODULE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_atomic_write_keeps_mode_and_cleans_up_on_failure(tmp_path, module_code, monkeypatch):
+    dest = tmp_path / "config.json"
+    dest.write_text("old")
+    os.chmod(str(dest), 0o600)
+    like = os.stat(str(dest))
+    module_code.atomic_write(str(dest), b"new", like)
+    assert dest.read_text() == "new" and stat.S_IMODE(os.stat(str(dest)).st_mode) == 0o600
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(module_code.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk full"):
+        module_code.atomic_write(str(dest), b"newer", like)
+    assert dest.read_text() == "new"
+    assert os.listdir(str(tmp_path)) == ["config.json"]

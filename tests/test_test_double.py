@@ -1,0 +1,575 @@
+"""Tests for the GPU-less SGLang TEST DOUBLE (files/sglang_test_double).
+
+The double stands in for ``python -m sglang.launch_server`` in Molecule and
+the demo, so these tests pin down the behaviour the role's gates rely on: the
+flag surface, health during and after start-up, /get_server_info (including
+SGLang's silent rewrite of the draft-token count) and an accept length that
+follows the wiring really installed on the host.  The incident and remediation
+cases run against the real, pristine ``deepseek_v2.py`` and
+``cuda_graph_runner.py`` of SGLang 0.5.9, taken from the released wheel.
+
+All traffic goes to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOUBLE = REPO / "files" / "sglang_test_double" / "sglang_test_double.py"
+WHEEL_CACHE = Path(
+    os.environ.get("SGLANG_WHEEL_CACHE", str(Path.home() / ".cache" / "sglang-remediation" / "wheels"))
+)
+PRISTINE_059_SHA256 = "4071b9a6a6ac71e1143204708df42f2ba5bd163a5d7a020579242df56e490a35"
+DEEPSEEK_V3_LAYERS = 61
+
+
+def _load_module() -> Any:
+    spec = importlib.util.spec_from_file_location("sglang_test_double", DOUBLE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sglang_test_double"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+td = _load_module()
+
+
+# --------------------------------------------------------------------------
+# Fake installs.  The fake sources mimic the shapes SGLang releases have (see
+# /work/shared/sglang-facts.md); the real 0.5.9 files come from the wheel.
+# --------------------------------------------------------------------------
+
+SET_EAGLE3_BODY_A = '''
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            self.model.layers_to_capture = [val + 1 for val in layer_ids]
+'''
+
+LOOP_FORWARD = '''
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        self.layers_to_capture = []
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
+        if self.pp_group.is_first_rank:
+            hidden_states = self.embed_tokens(input_ids)
+            residual = None
+        aux_hidden_states = []
+        for i in range(self.start_layer, self.end_layer):
+            if i in self.layers_to_capture:
+                aux_hidden_states.append(hidden_states + residual)
+            hidden_states, residual = self.layers[i](positions, hidden_states, forward_batch, residual)
+        return hidden_states, aux_hidden_states
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+'''
+
+FAKE_PRISTINE_059 = "from typing import List, Optional\n" + LOOP_FORWARD + SET_EAGLE3_BODY_A
+
+FAKE_NATIVE_0514 = '''from typing import List, Optional
+
+
+class DeepseekV2DecoderLayer(nn.Module):
+    def forward(self, positions, hidden_states, forward_batch, residual, captured_last_layer_outputs=None):
+        hidden_states, residual = self.layer_communicator.prepare_attn_and_capture_last_layer_outputs(
+            hidden_states, residual, forward_batch, captured_last_layer_outputs=captured_last_layer_outputs
+        )
+        return self.mlp(self.self_attn(positions, hidden_states, forward_batch)), residual
+
+
+class DeepseekV2ForCausalLM(nn.Module):
+    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
+        if not self.pp_group.is_last_rank:
+            return
+
+        if layer_ids is None:
+            self.capture_aux_hidden_states = True
+            num_layers = self.config.num_hidden_layers
+            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
+        else:
+            self.capture_aux_hidden_states = True
+            if layer_ids and layer_ids[0] == 1:
+                self.model.layers_to_capture = [val + 1 for val in layer_ids]
+            else:
+                self.model.layers_to_capture = list(layer_ids)
+'''
+
+GRAPH_RUNNER_RESETS = '''
+class CudaGraphRunner:
+    def __init__(self, model_runner):
+        if model_runner.spec_algorithm.is_eagle3() and model_runner.eagle_use_aux_hidden_state:
+            self.model_runner.model.set_eagle3_layers_to_capture()
+        self.capture()
+'''
+GRAPH_RUNNER_FIXED = '''
+class CudaGraphRunner:
+    def __init__(self, model_runner):
+        self.capture()
+'''
+
+
+def patch_embedding_capture(source: str, clone: bool = True) -> str:
+    """A test-local embedding-capture patch in the shape the facts describe.
+
+    Independent of the role's templates on purpose: the double must recognise
+    any patch of this shape, and these tests must not depend on the role.
+    """
+    appended = "hidden_states.clone()" if clone else "hidden_states"
+    replacements = [
+        ("        self.layers_to_capture = []\n",
+         "        self.layers_to_capture = []\n        self.capture_embedding = False\n"),
+        ("        aux_hidden_states = []\n",
+         "        aux_hidden_states = []\n        if self.capture_embedding:\n"
+         "            aux_hidden_states.append(%s)\n" % appended),
+        ("            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]\n",
+         "            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]\n"
+         "            self.model.capture_embedding = False\n"),
+        ("            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
+         "            self.model.capture_embedding = -1 in layer_ids\n"
+         "            self.model.layers_to_capture = [val + 1 for val in layer_ids if val != -1]\n"),
+    ]
+    for old, new in replacements:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    return source
+
+
+def companion_patch(graph_runner_source: str) -> str:
+    """Pass the configured ids to the pre-capture call (the CUDA-graph companion)."""
+    old = "self.model_runner.model.set_eagle3_layers_to_capture()"
+    assert graph_runner_source.count(old) == 1
+    return graph_runner_source.replace(
+        old, "self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)"
+    )
+
+
+@pytest.fixture(scope="session")
+def real_059() -> Dict[str, str]:
+    """Pristine SGLang 0.5.9 files from the released wheel (downloaded once, cached)."""
+    wheel = WHEEL_CACHE / "sglang-0.5.9-py3-none-any.whl"
+    if not wheel.exists():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )
+        if proc.returncode != 0 or not wheel.exists():
+            pytest.skip("cannot fetch the sglang 0.5.9 wheel: %s" % proc.stderr[-500:])
+    with zipfile.ZipFile(wheel) as zf:
+        files = {
+            "deepseek_v2": zf.read("sglang/srt/models/deepseek_v2.py").decode(),
+            "cuda_graph_runner": zf.read("sglang/srt/model_executor/cuda_graph_runner.py").decode(),
+            "metadata": zf.read("sglang-0.5.9.dist-info/METADATA").decode(),
+        }
+    assert hashlib.sha256(files["deepseek_v2"].encode()).hexdigest() == PRISTINE_059_SHA256
+    return files
+
+
+def make_site(root: Path, version: str, model_source: str, graph_runner: Optional[str],
+              metadata: Optional[str] = None) -> Path:
+    """A site-packages tree holding just the files the double inspects."""
+    site = root / "site-packages"
+    (site / "sglang" / "srt" / "models").mkdir(parents=True)
+    (site / "sglang" / "srt" / "model_executor").mkdir(parents=True)
+    (site / "sglang" / "srt" / "models" / "deepseek_v2.py").write_text(model_source)
+    if graph_runner is not None:
+        (site / "sglang" / "srt" / "model_executor" / "cuda_graph_runner.py").write_text(graph_runner)
+    dist = site / ("sglang-%s.dist-info" % version)
+    dist.mkdir()
+    (dist / "METADATA").write_text(metadata or "Metadata-Version: 2.4\nName: sglang\nVersion: %s\n\n" % version)
+    return site
+
+
+def make_models(root: Path, layer_ids: Optional[List[int]], num_layers: int = DEEPSEEK_V3_LAYERS) -> Tuple[Path, Path]:
+    """Target and draft model dirs with only their config.json."""
+    target, draft = root / "target", root / "draft"
+    target.mkdir()
+    draft.mkdir()
+    (target / "config.json").write_text(json.dumps(
+        {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": num_layers}))
+    config: Dict[str, Any] = {"architectures": ["LlamaForCausalLMEagle3"]}
+    if layer_ids is not None:
+        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": layer_ids, "use_aux_hidden_state": True}
+    (draft / "config.json").write_text(json.dumps(config))
+    return target, draft
+
+
+def spec_flags(target: Path, draft: Path, steps: int, topk: int, draft_tokens: int) -> List[str]:
+    return [
+        "--model-path", str(target), "--speculative-draft-model-path", str(draft),
+        "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+        "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens),
+        "--tp-size", "8", "--trust-remote-code", "--mem-fraction-static", "0.8",
+    ]
+
+
+# --------------------------------------------------------------------------
+# Running the double
+# --------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(port: int, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, Any]:
+    """GET or POST to the double on loopback; returns (status, parsed body)."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as err:
+        raw, status = err.read(), err.code
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, raw.decode()
+
+
+class Double:
+    """The double as a subprocess on 127.0.0.1 with a free port."""
+
+    def __init__(self, tmp: Path, flags: List[str], site: Optional[Path], **env: str) -> None:
+        self.port = free_port()
+        self.log = tmp / ("double-%d.log" % self.port)
+        environ = dict(os.environ)
+        environ.update({"SGLANG_TEST_DOUBLE_STARTUP_DELAY": "0.3"})
+        if site is not None:
+            environ["SGLANG_TEST_DOUBLE_SITE_PACKAGES"] = str(site)
+        environ.update(env)
+        self._fh = open(self.log, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(DOUBLE), *flags, "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=self._fh, stderr=subprocess.STDOUT, env=environ,
+        )
+
+    def wait_listening(self, timeout: float = 15) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            assert self.proc.poll() is None, self.output()
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("double never listened:\n" + self.output())
+
+    def wait_healthy(self, timeout: float = 15) -> None:
+        self.wait_listening(timeout)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if http(self.port, "/health")[0] == 200:
+                return
+            assert self.proc.poll() is None, self.output()
+            time.sleep(0.05)
+        raise AssertionError("double never became healthy:\n" + self.output())
+
+    def output(self) -> str:
+        if not self._fh.closed:
+            self._fh.flush()
+        return self.log.read_text()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=10)
+        self._fh.close()
+        return code
+
+
+@pytest.fixture
+def run_double(tmp_path: Path) -> Iterator[Any]:
+    started: List[Double] = []
+
+    def start(flags: List[str], site: Optional[Path], **env: str) -> Double:
+        double = Double(tmp_path, flags, site, **env)
+        started.append(double)
+        return double
+
+    yield start
+    for double in started:
+        if double.proc.poll() is None:
+            double.proc.kill()
+            double.proc.wait(timeout=10)
+
+
+def accept_length_after_generate(double: Double, tokens: int = 256) -> Tuple[float, Dict[str, Any], Dict[str, Any]]:
+    """Send one /generate and read avg_spec_accept_length back from /get_server_info."""
+    double.wait_healthy()
+    status, out = http(double.port, "/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": tokens}})
+    assert status == 200, out
+    status, info = http(double.port, "/get_server_info")
+    assert status == 200
+    return info["internal_states"][0]["avg_spec_accept_length"], out["meta_info"], info
+
+
+# --------------------------------------------------------------------------
+# Flags, health, server info
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [["--no-such-flag"], ["--speculative-num-step", "3"], ["--dtype", "int3"]])
+def test_unknown_or_invalid_flag_exits_2_like_argparse(tmp_path: Path, bad: List[str]) -> None:
+    proc = subprocess.run([sys.executable, str(DOUBLE), "--model-path", str(tmp_path), *bad],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "error" in proc.stderr
+
+
+def test_health_is_503_while_starting_then_200_and_start_is_logged(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    start_log = tmp_path / "starts.log"
+    double = run_double(spec_flags(target, draft, 15, 1, 16), site,
+                        SGLANG_TEST_DOUBLE_STARTUP_DELAY="1.5", SGLANG_TEST_DOUBLE_START_LOG=str(start_log))
+    double.wait_listening()
+    assert http(double.port, "/health")[0] == 503
+    assert http(double.port, "/health_generate")[0] == 503
+    assert http(double.port, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 4}})[0] == 503
+    assert not start_log.exists()
+    double.wait_healthy()
+    assert http(double.port, "/health_generate")[0] == 200
+    started, healthy, pid = start_log.read_text().split()
+    assert int(pid) == double.proc.pid
+    assert float(healthy) - float(started) >= 1.5
+    assert double.stop() == 0
+    assert "NOT SGLANG" in double.output()
+
+
+def test_fail_health_keeps_503(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    start_log = tmp_path / "starts.log"
+    double = run_double(spec_flags(target, draft, 15, 1, 16), site, SGLANG_TEST_DOUBLE_FAIL_HEALTH="1",
+                        SGLANG_TEST_DOUBLE_START_LOG=str(start_log))
+    double.wait_listening()
+    time.sleep(1.0)
+    assert http(double.port, "/health")[0] == 503
+    assert http(double.port, "/health_generate")[0] == 503
+    assert not start_log.exists()
+    assert double.stop() == 0
+
+
+def test_server_info_reports_version_args_and_the_silent_rewrite(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    double = run_double(spec_flags(target, draft, 1, 1, 16), site)
+    double.wait_healthy()
+    for path in ("/get_server_info", "/server_info"):
+        status, info = http(double.port, path)
+        assert status == 200
+        assert info["version"] == "0.5.9"
+        assert info["speculative_algorithm"] == "EAGLE3"
+        assert info["speculative_num_steps"] == 1
+        assert info["speculative_eagle_topk"] == 1
+        assert info["speculative_num_draft_tokens"] == 2  # 16 silently cut to steps + 1
+        assert info["speculative_draft_model_path"] == str(draft)
+        assert info["model_path"] == str(target)
+        assert info["tp_size"] == 8
+        assert info["port"] == double.port
+        assert "avg_spec_accept_length" not in info["internal_states"][0]
+    assert "adjusted to speculative_num_steps + 1" in double.output()
+    status, out = http(double.port, "/generate", {"text": "Hi", "sampling_params": {"max_new_tokens": 32}})
+    assert status == 200 and out["meta_info"]["completion_tokens"] == 32
+    assert out["meta_info"]["spec_verify_ct"] > 0
+    assert "avg_spec_accept_length" in http(double.port, "/get_server_info")[1]["internal_states"][0]
+
+
+def test_missing_sglang_install_exits_1(tmp_path: Path) -> None:
+    env = dict(os.environ, SGLANG_TEST_DOUBLE_SITE_PACKAGES=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(DOUBLE), "--model-path", str(tmp_path), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 1
+    assert "No module named 'sglang'" in proc.stdout
+
+
+def test_sigterm_stops_cleanly(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, _ = make_models(tmp_path, None)
+    double = run_double(["--model-path", str(target)], site)
+    double.wait_healthy()
+    assert double.stop() == 0
+    assert "shutting down" in double.output()
+
+
+# --------------------------------------------------------------------------
+# Accept length on the real SGLang 0.5.9 files
+# --------------------------------------------------------------------------
+
+
+def test_incident_wiring_on_real_059_accepts_about_1_6(tmp_path: Path, run_double: Any, real_059: Dict[str, str]) -> None:
+    """Pristine 0.5.9, no ids in the draft config (defaults), steps 1 / topk 1 / draft 16."""
+    site = make_site(tmp_path, "0.5.9", real_059["deepseek_v2"], real_059["cuda_graph_runner"], real_059["metadata"])
+    target, draft = make_models(tmp_path, None)
+    double = run_double(spec_flags(target, draft, 1, 1, 16), site)
+    accept, meta, info = accept_length_after_generate(double)
+    assert accept == pytest.approx(1.6, abs=0.05)
+    assert meta["spec_accept_length"] == pytest.approx(1.6, abs=0.05)
+    assert meta["test_double_tokens_per_second"] == pytest.approx(56.8, abs=1.0)
+    assert info["version"] == "0.5.9"
+    assert info["speculative_num_draft_tokens"] == 2
+    assert info["test_double"]["decode_hidden_states"] == ["L1", "L29", "L57"]
+
+
+def test_remediated_wiring_on_real_059_accepts_high(tmp_path: Path, run_double: Any, real_059: Dict[str, str]) -> None:
+    """Patched 0.5.9 + CUDA-graph companion, ids [-1, 2, 30], steps 15 / topk 1 / draft 16."""
+    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
+                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
+    target, draft = make_models(tmp_path, [-1, 2, 30])
+    double = run_double(spec_flags(target, draft, 15, 1, 16), site)
+    accept, meta, info = accept_length_after_generate(double)
+    assert 3.2 <= accept <= 3.7
+    assert meta["test_double_tokens_per_second"] > 90
+    assert info["speculative_num_draft_tokens"] == 16
+    assert info["test_double"]["decode_hidden_states"] == ["embed", "L2", "L30"]
+
+
+@pytest.mark.parametrize(
+    "companion, disable_graph, matched",
+    [
+        (False, False, False),  # graphs captured with the default ids: decode mismatch
+        (False, True, True),    # --disable-cuda-graph: eager decode uses the patched ids
+        (True, False, True),    # companion patch: graphs captured with the configured ids
+    ],
+)
+def test_cuda_graph_companion_decides_decode_wiring_on_real_059(
+    tmp_path: Path, real_059: Dict[str, str], companion: bool, disable_graph: bool, matched: bool
+) -> None:
+    runner = real_059["cuda_graph_runner"]
+    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
+                     companion_patch(runner) if companion else runner, real_059["metadata"])
+    _, draft = make_models(tmp_path, [-1, 2, 30])
+    wiring = td.judge_wiring(str(site), "0.5.9", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS,
+                             disable_graph, 1, td.parse_trained_layers("embed,2,30"))
+    assert wiring.prefill == ("embed", "L2", "L30")
+    assert wiring.matches_training is matched
+    params = td.resolve_speculative_params("EAGLE3", 15, 1, 16, "DeepseekV3ForCausalLM")
+    accept = td.expected_accept_length(wiring.matches_training, params)
+    assert (accept > 3.2) if matched else (accept == pytest.approx(1.6, abs=0.05))
+
+
+def test_pristine_059_with_minus_one_ids_dies_at_warmup(tmp_path: Path, run_double: Any, real_059: Dict[str, str]) -> None:
+    """Unpatched 0.5.9 turns -1 into capture index 0, where residual is None: SGLang crashes."""
+    site = make_site(tmp_path, "0.5.9", real_059["deepseek_v2"], real_059["cuda_graph_runner"], real_059["metadata"])
+    target, draft = make_models(tmp_path, [-1, 2, 30])
+    double = run_double(spec_flags(target, draft, 15, 1, 16) + ["--disable-cuda-graph"], site)
+    assert double.proc.wait(timeout=20) == 1
+    assert "TypeError" in double.output()
+
+
+def test_patch_without_clone_is_a_mismatch(tmp_path: Path, real_059: Dict[str, str]) -> None:
+    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"], clone=False),
+                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
+    _, draft = make_models(tmp_path, [-1, 2, 30])
+    wiring = td.judge_wiring(str(site), "0.5.9", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
+                             td.parse_trained_layers("embed,2,30"))
+    assert "embed_overwritten_in_place" in wiring.decode
+    assert not wiring.matches_training
+
+
+def test_pipeline_parallel_cannot_deliver_the_embedding(tmp_path: Path, real_059: Dict[str, str]) -> None:
+    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
+                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
+    _, draft = make_models(tmp_path, [-1, 2, 30])
+    wiring = td.judge_wiring(str(site), "0.5.9", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 2,
+                             td.parse_trained_layers("embed,2,30"))
+    assert not wiring.matches_training
+
+
+# --------------------------------------------------------------------------
+# Native embedding capture (0.5.14-like)
+# --------------------------------------------------------------------------
+
+
+def test_native_0514_like_release_with_0_3_31_accepts_high(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+    target, draft = make_models(tmp_path, [0, 3, 31])
+    double = run_double(spec_flags(target, draft, 15, 1, 16), site)
+    accept, _, info = accept_length_after_generate(double)
+    assert 3.2 <= accept <= 3.7
+    assert info["version"] == "0.5.14"
+    assert info["test_double"]["decode_hidden_states"] == ["embed", "L2", "L30"]
+
+
+@pytest.mark.parametrize("ids, fatal", [(None, False), ([2, 30, 58], False), ([-1, 2, 30], True)])
+def test_native_0514_like_release_with_other_ids_does_not_match(tmp_path: Path, ids: Optional[List[int]], fatal: bool) -> None:
+    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+    _, draft = make_models(tmp_path, ids)
+    wiring = td.judge_wiring(str(site), "0.5.14", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
+                             td.parse_trained_layers("embed,2,30"))
+    assert not wiring.matches_training
+    assert (wiring.fatal is not None) is fatal
+
+
+def test_fake_pre_0514_without_loop_capture_is_not_guessed(tmp_path: Path) -> None:
+    site = make_site(tmp_path, "0.5.13", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+    _, draft = make_models(tmp_path, [0, 3, 31])
+    wiring = td.judge_wiring(str(site), "0.5.13", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
+                             td.parse_trained_layers("embed,2,30"))
+    assert not wiring.matches_training
+
+
+# --------------------------------------------------------------------------
+# Pure rules
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "steps, topk, draft, expected",
+    [(1, 1, 16, 2), (15, 1, 16, 16), (3, 1, 4, 4), (2, 4, 8, 8), (None, None, None, 4)],
+)
+def test_speculative_params_follow_sglang_resolution(steps: Any, topk: Any, draft: Any, expected: int) -> None:
+    params = td.resolve_speculative_params("EAGLE3", steps, topk, draft, "DeepseekV3ForCausalLM")
+    assert params.num_draft_tokens == expected
+
+
+def test_partially_set_speculative_params_are_fatal_like_sglang() -> None:
+    with pytest.raises(td.FatalStartup):
+        td.resolve_speculative_params("EAGLE3", None, 1, 16, "DeepseekV3ForCausalLM")
+
+
+def test_accept_length_model() -> None:
+    full = td.resolve_speculative_params("EAGLE3", 15, 1, 16, None)
+    cut = td.resolve_speculative_params("EAGLE3", 1, 1, 16, None)
+    assert td.expected_accept_length(True, full) == pytest.approx(3.55, abs=0.01)
+    assert 1.6 < td.expected_accept_length(True, cut) < 2.0
+    assert td.expected_accept_length(False, cut) == pytest.approx(1.6, abs=0.001)
+    assert td.expected_accept_length(False, full) == pytest.approx(1.6, abs=0.05)
+    assert td.tokens_per_second(1.6) == pytest.approx(56.8)
+    assert td.draft_tree_size(3, 4) == 1 + 4 + 2 * 16
+
+
+def test_trained_layers_can_be_reconfigured() -> None:
+    assert td.parse_trained_layers("embed,2,30") == frozenset({"embed", "L2", "L30"})
+    assert td.parse_trained_layers(" 1, 29 ,57") == frozenset({"L1", "L29", "L57"})
