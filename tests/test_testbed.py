@@ -1,0 +1,110 @@
+"""The test bed's decisions: what it does when the engine is up or down and images present or missing.
+
+The planners are pure; ``ensure`` is exercised with the actions replaced by
+recorders, so nothing is installed, started or built by these tests.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbed"))
+import testbed  # noqa: E402
+
+
+def state(**overrides) -> testbed.State:
+    base = dict(docker_cli=True, dockerd_binary=True, debootstrap_binary=True, engine_answers=True,
+                image_recipes={s: testbed.recipe_hash(s) for s in testbed.SUITES},
+                inotify_instances=1024)
+    base.update(overrides)
+    return testbed.State(**base)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Replace every action by a recorder; observe() returns the queued states in turn."""
+    calls: list[tuple] = []
+    states: list[testbed.State] = []
+    monkeypatch.setattr(testbed, "observe", lambda runner=None: states.pop(0) if len(states) > 1 else states[0])
+    monkeypatch.setattr(testbed, "apt_install", lambda pkgs, runner=None: calls.append(("apt", tuple(pkgs))))
+    monkeypatch.setattr(testbed, "start_engine", lambda runner=None: calls.append(("start-engine",)))
+    monkeypatch.setattr(testbed, "build_image", lambda suite, runner=None: calls.append(("build", suite)))
+    monkeypatch.setattr(testbed, "set_inotify", lambda value: calls.append(("inotify", value)))
+    return calls, states
+
+
+def test_healthy_machine_is_left_alone(recorded):
+    calls, states = recorded
+    states.append(state())
+    testbed.ensure(testbed.SUITES, containers=3)
+    assert calls == []
+
+
+def test_bare_machine_installs_starts_and_builds_everything(recorded):
+    calls, states = recorded
+    states.append(state(docker_cli=False, dockerd_binary=False, debootstrap_binary=False,
+                        engine_answers=False, image_recipes={s: None for s in testbed.SUITES},
+                        inotify_instances=128))
+    states.append(state(image_recipes={s: None for s in testbed.SUITES}, inotify_instances=128))
+    testbed.ensure(testbed.SUITES)
+    assert calls == [("apt", ("docker.io", "debootstrap")), ("start-engine",), ("inotify", 1024),
+                     ("build", "bookworm"), ("build", "trixie")]
+
+
+def test_stopped_engine_with_images_is_started_not_rebuilt(recorded):
+    calls, states = recorded
+    states.append(state(engine_answers=False, image_recipes={s: None for s in testbed.SUITES}))
+    states.append(state())  # after the start the images are visible again
+    testbed.ensure(testbed.SUITES)
+    assert calls == [("start-engine",)]
+
+
+def test_missing_image_is_built_alone_and_debootstrap_installed_only_then(recorded):
+    calls, states = recorded
+    states.append(state(debootstrap_binary=False,
+                        image_recipes={"bookworm": testbed.recipe_hash("bookworm"), "trixie": None}))
+    testbed.ensure(testbed.SUITES)
+    assert calls == [("apt", ("debootstrap",)), ("build", "trixie")]
+
+
+def test_image_from_an_older_recipe_is_rebuilt():
+    st = state(image_recipes={"bookworm": "0123456789abcdef", "trixie": testbed.recipe_hash("trixie")})
+    assert testbed.plan_images(st, testbed.SUITES) == ["bookworm"]
+
+
+def test_engine_plan():
+    assert testbed.plan_engine(state()) == []
+    assert testbed.plan_engine(state(engine_answers=False)) == ["start-engine"]
+    assert testbed.plan_engine(state(engine_answers=False, dockerd_binary=False)) == ["install-docker", "start-engine"]
+
+
+@pytest.mark.parametrize("current,containers,expected", [
+    (128, 0, 1024), (1024, 3, None), (1024, 200, 200 * 6 + 64), (4096, 200, None), (None, 10, None)])
+def test_inotify_plan(current, containers, expected):
+    assert testbed.plan_inotify(current, containers) == expected
+
+
+def test_fleet_plan_keeps_running_containers():
+    wanted = testbed.fleet_names("demo", 3)
+    create, start, remove = testbed.plan_fleet(wanted, {"demo-1": "running", "demo-2": "exited", "demo-9": "running"})
+    assert (create, start, remove) == (["demo-3"], ["demo-2"], ["demo-9"])
+
+
+def test_inventory_uses_the_docker_connection():
+    text = testbed.render_inventory(["a-1", "a-2"], "sglang", {})
+    assert "ansible_connection: community.docker.docker" in text
+    assert "        a-1:\n        a-2:\n" in text
+
+
+def test_run_names_the_failing_command():
+    with pytest.raises(SystemExit, match="'false' failed"):
+        testbed.run(["false"])
+    assert testbed.run(["false"], check=False).returncode == 1
+
+
+def test_observe_reads_a_real_machine_without_changing_it():
+    st = testbed.observe()
+    assert set(st.image_recipes) == set(testbed.SUITES)
+    assert isinstance(st.engine_answers, bool)
