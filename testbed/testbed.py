@@ -320,6 +320,8 @@ def render_inventory(names: Sequence[str], group: str, extra_vars: dict[str, str
     lines.append("      vars:")
     lines.append("        ansible_connection: community.docker.docker")
     lines.append("        ansible_python_interpreter: /usr/bin/python3")
+    # The docker connection is already root, and the image has no sudo.
+    lines.append("        ansible_become: false")
     for key, value in sorted(extra_vars.items()):
         lines.append(f"        {key}: {value}")
     return "\n".join(lines) + "\n"

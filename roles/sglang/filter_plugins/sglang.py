@@ -45,10 +45,22 @@ def server_args(_: Any = None, **kwargs: Any) -> list[str]:
     return _logic().render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
 
 
+def flag_lines(args: list[str]) -> list[list[str]]:
+    """Group argv into one flag and its values per line, for a unit a human can read."""
+    lines: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not lines:
+            lines.append([arg])
+        else:
+            lines[-1].append(arg)
+    return lines
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "sglang_layer_id_errors": layer_id_errors,
             "sglang_speculative_errors": speculative_errors,
             "sglang_server_args": server_args,
+            "sglang_flag_lines": flag_lines,
         }
