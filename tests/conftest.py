@@ -1,0 +1,76 @@
+"""Shared fixtures: real SGLang release files in throwaway venvs, rendered templates."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Dict
+
+import jinja2
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROLE = REPO / "roles" / "sglang"
+TEMPLATES = ROLE / "templates" / "patches"
+MODULE_UTILS = ROLE / "module_utils" / "sglang_eagle3.py"
+LIBRARY = ROLE / "library" / "sglang_eagle3.py"
+MARKER = "sglang-remediation eagle3-embed v1"
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sglang_wheels  # noqa: E402
+
+
+def load_engine():
+    """Import module_utils/sglang_eagle3.py by path, as Ansible ships it alone."""
+    spec = importlib.util.spec_from_file_location("sglang_eagle3", MODULE_UTILS)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["sglang_eagle3"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+E = load_engine()
+
+
+def render_templates(marker: str = MARKER) -> Dict[str, str]:
+    """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    return {p.name[: -len(".yml.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
+            for p in sorted(TEMPLATES.glob("*.yml.j2"))}
+
+
+@pytest.fixture(scope="session")
+def engine():
+    return E
+
+
+@pytest.fixture(scope="session")
+def patches() -> Dict[str, str]:
+    return render_templates()
+
+
+@pytest.fixture(scope="session")
+def release_tree(tmp_path_factory) -> Callable[[str], Path]:
+    """One pristine extracted venv per release per session (copied for each test)."""
+    cache: Dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in cache:
+            cache[version] = sglang_wheels.make_venv(version, tmp_path_factory.mktemp("pristine-" + version))
+        return cache[version]
+
+    return get
+
+
+@pytest.fixture
+def make_venv(release_tree, tmp_path) -> Callable[[str], Path]:
+    """A private, writable copy of a release's venv for one test."""
+
+    def make(version: str) -> Path:
+        dest = tmp_path / ("venv-" + version)
+        shutil.copytree(release_tree(version), dest)
+        return dest
+
+    return make
