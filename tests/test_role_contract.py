@@ -1,0 +1,48 @@
+"""The role's documented surface stays in sync: defaults, argument_specs and the README table."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+ROLE = ROOT / "roles" / "sglang"
+
+
+def _defaults() -> dict:
+    return yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+
+
+def _options() -> dict:
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    return spec["argument_specs"]["main"]["options"]
+
+
+def test_every_default_has_a_spec_and_back():
+    assert set(_defaults()) == set(_options())
+
+
+def test_every_variable_is_role_prefixed_and_described():
+    for name, opt in _options().items():
+        assert name.startswith("sglang_"), name
+        assert opt.get("description"), name
+        assert opt.get("type"), name
+
+
+def test_spec_defaults_match_the_defaults_file():
+    defaults = _defaults()
+    for name, opt in _options().items():
+        if "default" in opt:
+            assert opt["default"] == defaults[name], name
+
+
+def test_layer_ids_are_not_coerced_by_the_spec():
+    # With elements: int, Ansible would turn ["2"] into [2] before preflight could refuse it.
+    assert "elements" not in _options()["sglang_eagle3_layer_ids"]
+
+
+def test_readme_variable_table_lists_every_variable():
+    readme = (ROOT / "README.md").read_text()
+    rows = set(re.findall(r"^\| `(sglang_\w+)` \|", readme, flags=re.M))
+    assert rows == set(_options()), sorted(set(_options()) ^ rows)
