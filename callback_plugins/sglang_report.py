@@ -1,0 +1,404 @@
+# -*- coding: utf-8 -*-
+"""Fleet report for the SGLang remediation playbooks, written as the run goes."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: sglang_report
+type: aggregate
+short_description: Write the fleet report (JSON + Markdown) as each host finishes, and at the end
+description:
+  - Collects, per host, the C(sglang_remediation) fact the role sets (release, decision, grep
+    evidence, hashes, draft ids, flags, restart, health, accept length, tokens/s, error),
+    failures and unreachability, and the serial batch each host ran in.
+  - Rewrites C(<report_dir>/latest/fleet.json) and C(fleet.md) plus a timestamped copy in
+    C(<report_dir>/runs/<UTC time>-<playbook>/) after every event that changes a row, so the
+    report exists even when the run aborts (failed canary, max_fail_percentage tripped,
+    any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
+  - Only plays that apply the C(sglang) role, or set the play variable C(sglang_fleet_report=true),
+    take part; helper plays (test bed preparation, compliance asserts) add no hosts.
+  - At the end the Markdown summary (failures first, counts per decision) is printed too.
+options:
+  report_dir:
+    description: Directory that receives C(latest/) and C(runs/). Relative paths are taken from
+      the directory of the ansible.cfg in use (the project root), else the working directory.
+    type: str
+    default: reports
+    env:
+      - name: SGLANG_REPORT_DIR
+    ini:
+      - section: sglang_report
+        key: report_dir
+  print_rows_max:
+    description: Print the whole host table at the end for fleets up to this size; larger fleets
+      get the counts and the failures only (the files always hold every row).
+    type: int
+    default: 50
+    env:
+      - name: SGLANG_REPORT_PRINT_ROWS_MAX
+    ini:
+      - section: sglang_report
+        key: print_rows_max
+requirements:
+  - enabled in ansible.cfg (callbacks_enabled) with callback_plugins pointing at this directory
+"""
+
+import atexit
+import datetime
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any, Dict, List, Optional
+
+from ansible import constants as C
+from ansible import context
+from ansible.plugins.callback import CallbackBase
+
+FACT = "sglang_remediation"
+# Statuses a row moves through; the first four are outcomes that need a reader's attention.
+ATTENTION = ("failed", "unreachable", "aborted", "not reached")
+STATUS_ORDER = ATTENTION + ("running", "noncompliant", "changed", "ok")
+
+
+def plain(value: Any) -> Any:
+    """Strip Ansible's tagged/lazy container and string types so json and repr stay plain."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    return str(value)
+
+
+def as_bool(value: Any) -> bool:
+    """Facts templated from Jinja may arrive as "True"/"False" strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return bool(value)
+
+
+def as_number(value: Any) -> Optional[float]:
+    if value in (None, "", "None", "none"):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def new_row(host: str) -> Dict[str, Any]:
+    return {
+        "host": host, "status": "not reached", "batch": None, "release": "", "decision": "",
+        "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
+        "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
+        "speculative_flags": {}, "drift": [], "restart_needed": None, "restarted": False,
+        "restart_reasons": [], "rolled_back": False, "health": "", "accept_length": None,
+        "tokens_per_s": None, "error": "", "failed_task": "", "stats": {},
+    }
+
+
+def action_of(row: Dict[str, Any], check_mode: bool) -> str:
+    """What the run did (or, in check/audit mode, would do) to the SGLang source."""
+    decision = row.get("decision") or ""
+    would = check_mode or row.get("mode") == "audit"
+    if decision == "patch":
+        if row.get("sha256_before") and row.get("sha256_before") != row.get("sha256_after"):
+            return "would patch" if would else "patched"
+        if row.get("file_state_before") == "pristine" and row.get("mode") == "audit":
+            return "would patch"
+        return "nothing (already patched)"
+    if decision == "native":
+        return "native ids %s" % (row.get("draft_layer_ids") or [])
+    if decision == "refuse":
+        return "refuse"
+    if decision == "restore":
+        return "restore pristine"
+    return decision or ""
+
+
+def render_markdown(doc: Dict[str, Any]) -> str:
+    """The human report: run line, counts, failures first, then one row per host."""
+    run = doc["run"]
+    rows: List[Dict[str, Any]] = doc["hosts"]
+    lines = ["# SGLang fleet report: %s" % run["playbook"], ""]
+    lines.append("- result: **%s**%s" % (run["result"], " (check mode: nothing was changed)" if run["check_mode"] else ""))
+    lines.append("- mode: %s; started %s; updated %s; batches run: %s" % (
+        run["mode"], run["started"], run["updated"], run["batches"]))
+    counts = doc["counts"]
+    lines.append("- hosts: %d; by status: %s" % (len(rows), ", ".join(
+        "%s %d" % (k, v) for k, v in counts["status"].items()) or "none"))
+    lines.append("- by decision: %s" % (", ".join("%s %d" % (k, v) for k, v in counts["decision"].items()) or "none"))
+    lines.append("")
+    attention = [r for r in rows if r["status"] in ATTENTION or r.get("error")]
+    if attention:
+        lines += ["## Needs attention", ""]
+        for r in attention:
+            lines.append("- **%s** (%s%s): %s" % (
+                r["host"], r["status"], ", batch %s" % r["batch"] if r["batch"] else "",
+                r.get("error") or ("no batch reached it" if r["status"] == "not reached"
+                                   else "stopped before it finished")))
+        lines.append("")
+    lines += ["## Hosts", "",
+              "| host | batch | status | release | decision / action | evidence lines | deepseek_v2.py sha256 before -> after"
+              " | draft ids | steps/topk/draft | restart | health | accept len | tok/s | error |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def short(h: str) -> str:
+        return h[:12] if h else "-"
+
+    def cell(value: Any) -> str:
+        text = "-" if value in (None, "", []) else str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    ordered = sorted(rows, key=lambda r: (STATUS_ORDER.index(r["status"]) if r["status"] in STATUS_ORDER else 99,
+                                          rows.index(r)))
+    for r in ordered:
+        flags = r.get("speculative_flags") or {}
+        flag_text = "%s/%s/%s" % (flags.get("num_steps", "?"), flags.get("eagle_topk", "?"),
+                                  flags.get("num_draft_tokens", "?")) if flags else "-"
+        if r.get("restarted"):
+            restart = "restarted: " + "; ".join(r.get("restart_reasons") or [])
+        elif r.get("restart_needed"):
+            restart = "would restart: " + "; ".join(r.get("restart_reasons") or [])
+        elif r.get("restart_needed") is None:
+            restart = "-"
+        else:
+            restart = "no (what runs is what should run)"
+        if r.get("rolled_back"):
+            restart += "; rolled back"
+        decision = r.get("decision") or "-"
+        if r.get("action") and r.get("action") != decision:
+            decision = "%s / %s" % (decision, r["action"])
+        lines.append("| %s |" % " | ".join(cell(v) for v in (
+            r["host"], r["batch"], r["status"], r["release"], decision,
+            ", ".join(str(e) for e in r.get("evidence") or []),
+            "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
+            r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),
+            r.get("tokens_per_s"), r.get("error"))))
+    lines.append("")
+    return "\n".join(lines)
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "sglang_report"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows: Dict[str, Dict[str, Any]] = {}
+        self.playbook = ""
+        self.started = datetime.datetime.now(datetime.timezone.utc)
+        self.batches = 0
+        self.result = "running"
+        self.finished = False
+        self.base_dir = ""
+        self.run_dir = ""
+        self.mode = "remediate"
+        self.check_mode = bool((context.CLIARGS or {}).get("check", False))
+        self.in_fleet_play = False
+        self.active = False
+        atexit.register(self._at_exit)
+
+    # --- where the files go ------------------------------------------------------
+    def _setup_dirs(self) -> None:
+        report_dir = os.path.expanduser(str(self.get_option("report_dir")))
+        if not os.path.isabs(report_dir):
+            root = os.path.dirname(C.CONFIG_FILE) if C.CONFIG_FILE else os.getcwd()
+            report_dir = os.path.join(root, report_dir)
+        stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+        name = os.path.splitext(os.path.basename(self.playbook))[0] or "run"
+        self.base_dir = report_dir
+        self.run_dir = os.path.join(report_dir, "runs", "%s-%s-%d" % (stamp, name, os.getpid()))
+
+    @staticmethod
+    def _atomic_write(path: str, text: str) -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=os.path.basename(path))
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def _document(self) -> Dict[str, Any]:
+        rows = list(self.rows.values())
+        for r in rows:
+            r["action"] = action_of(r, self.check_mode)
+        status_counts: Dict[str, int] = {}
+        for s in STATUS_ORDER:
+            n = sum(1 for r in rows if r["status"] == s)
+            if n:
+                status_counts[s] = n
+        decision_counts: Dict[str, int] = {}
+        for r in rows:
+            key = r.get("decision") or ("(%s)" % r["status"])
+            decision_counts[key] = decision_counts.get(key, 0) + 1
+        return {
+            "run": {
+                "playbook": self.playbook, "mode": self.mode, "check_mode": self.check_mode,
+                "result": self.result, "started": self.started.isoformat(timespec="seconds"),
+                "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "batches": self.batches, "pid": os.getpid(),
+            },
+            "counts": {"status": status_counts, "decision": decision_counts},
+            "hosts": rows,
+        }
+
+    def _write(self) -> Optional[str]:
+        if not self.active:
+            return None
+        doc = self._document()
+        text_json = json.dumps(plain(doc), indent=2, sort_keys=False) + "\n"
+        text_md = render_markdown(doc)
+        try:
+            for d in (self.run_dir, os.path.join(self.base_dir, "latest")):
+                self._atomic_write(os.path.join(d, "fleet.json"), text_json)
+                self._atomic_write(os.path.join(d, "fleet.md"), text_md)
+        except OSError as exc:
+            self._display.warning("sglang_report: could not write the fleet report: %s" % exc)
+        return text_md
+
+    # --- rows ----------------------------------------------------------------------
+    def _row(self, host: str) -> Dict[str, Any]:
+        if host not in self.rows:
+            self.rows[host] = new_row(host)
+        return self.rows[host]
+
+    def _absorb_fact(self, host: str, fact: Mapping) -> None:
+        fact = plain(fact)
+        row = self._row(host)
+        for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
+                    "companion", "health", "mode"):
+            if key in fact:
+                row[key] = fact[key] if fact[key] not in (None, "None") else ""
+        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift"):
+            if isinstance(fact.get(key), list):
+                row[key] = fact[key]
+        if isinstance(fact.get("speculative_flags"), dict):
+            row["speculative_flags"] = fact["speculative_flags"]
+        for key in ("compliant", "restart_needed", "restarted", "rolled_back"):
+            if key in fact:
+                row[key] = as_bool(fact[key])
+        for key in ("accept_length", "tokens_per_s"):
+            if key in fact:
+                row[key] = as_number(fact[key])
+        if fact.get("error"):
+            row["error"] = fact["error"]
+            row["status"] = "failed"
+        elif row["status"] in ("running", "not reached"):
+            row["status"] = "ok"
+        if row["status"] == "ok" and row["compliant"] is False and (self.mode == "audit" or self.check_mode):
+            row["status"] = "noncompliant"
+
+    # --- callbacks -----------------------------------------------------------------
+    def v2_playbook_on_start(self, playbook: Any) -> None:
+        self.playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
+        name = os.path.splitext(self.playbook)[0]
+        self.mode = name if name in ("audit", "rollback") else "remediate"
+        self._setup_dirs()
+
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        roles = {r.get_name() for r in play.get_roles()}
+        flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
+        self.in_fleet_play = "sglang" in roles or flagged
+        if not self.in_fleet_play:
+            return
+        if as_bool((play.vars or {}).get("sglang_audit", False)):
+            self.mode = "audit"
+        self.active = True
+        inventory = play._variable_manager._inventory
+        pattern = play.hosts
+        everyone = [h.get_name() for h in inventory.get_hosts(pattern, ignore_restrictions=True)]
+        batch = [h.get_name() for h in inventory.get_hosts(pattern)]
+        for host in everyone:
+            self._row(host)
+        self.batches += 1
+        for host in batch:
+            row = self._row(host)
+            if row["batch"] is None:
+                row["batch"] = self.batches
+            if row["status"] == "not reached":
+                row["status"] = "running"
+        self._write()
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        if not self.in_fleet_play:
+            return
+        facts = result.result.get("ansible_facts") or {}
+        if FACT in facts:
+            self._absorb_fact(result.host.get_name(), facts[FACT])
+            self._write()
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        if not self.in_fleet_play or ignore_errors:
+            return
+        row = self._row(result.host.get_name())
+        res = result.result
+        msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
+        # A failure inside the restart block is rescued and replaced by the role's own
+        # message; keep the first cause unless the role has filled the error itself.
+        if not row.get("error") or row["status"] != "failed":
+            row["error"] = str(msg).strip()
+        row["failed_task"] = result.task.get_name()
+        row["status"] = "failed"
+        self._write()
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        if not self.in_fleet_play:
+            return
+        row = self._row(result.host.get_name())
+        row["status"] = "unreachable"
+        row["error"] = "unreachable: %s" % str(result.result.get("msg", "")).strip()
+        row["failed_task"] = result.task.get_name()
+        self._write()
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        if not self.active:
+            return
+        for host, row in self.rows.items():
+            summary = stats.summarize(host)
+            row["stats"] = {k: int(v) for k, v in summary.items()}
+            if row["status"] == "running":
+                # In a batch that any_errors_fatal or max_fail_percentage cut short.
+                row["status"] = "aborted"
+                row["error"] = row["error"] or "the run stopped before this host finished"
+            elif row["status"] == "ok" and summary.get("changed", 0) and not self.check_mode and self.mode != "audit":
+                row["status"] = "changed"
+        bad = [r for r in self.rows.values() if r["status"] in ATTENTION or r["status"] == "noncompliant"]
+        if any(r["status"] in ("not reached", "aborted") for r in self.rows.values()):
+            self.result = "aborted"
+        elif bad:
+            self.result = "failed" if any(r["status"] in ATTENTION for r in bad) else "noncompliant"
+        else:
+            self.result = "complete"
+        self.finished = True
+        md = self._write() or ""
+        limit = int(self.get_option("print_rows_max"))
+        if len(self.rows) > limit:
+            md = md.split("\n## Hosts\n", 1)[0]
+        self._display.banner("SGLANG FLEET REPORT")
+        self._display.display(md)
+        self._display.display("report: %s/{fleet.json,fleet.md} (copy in %s)" % (
+            os.path.join(self.base_dir, "latest"), self.run_dir))
+
+    def _at_exit(self) -> None:
+        """Ctrl-C or a crash: leave a report that says so rather than one that says running."""
+        if self.active and not self.finished:
+            self.result = "interrupted"
+            for row in self.rows.values():
+                if row["status"] == "running":
+                    row["status"] = "aborted"
+                    row["error"] = row["error"] or "the run was interrupted before this host finished"
+            self._write()
