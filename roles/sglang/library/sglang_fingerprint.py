@@ -45,54 +45,13 @@ recorded: {description: Component name to sha256 at the last healthy start., typ
 active: {description: Whether the service is active., type: bool, returned: always}
 """
 
-import hashlib
 import json
 import os
-import subprocess
 import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def component_hash(spec: str) -> str:
-    """sha256 of a file, of a literal value, or 'missing' for an absent file."""
-    if spec.startswith("value:"):
-        return hashlib.sha256(spec[len("value:"):].encode()).hexdigest()
-    try:
-        with open(spec, "rb") as fh:
-            return hashlib.sha256(fh.read()).hexdigest()
-    except FileNotFoundError:
-        return "missing"
-
-
-def load_recorded(path: str) -> dict:
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def decide(current: dict, recorded: dict, active: bool) -> list:
-    """Reasons to restart; empty when what runs is what should run."""
-    reasons = []
-    if not recorded.get("components"):
-        reasons.append("no healthy start has been recorded for this configuration")
-    else:
-        before = recorded["components"]
-        for name in sorted(set(current) | set(before)):
-            if current.get(name) != before.get(name):
-                reasons.append("%s changed since the last healthy start" % name)
-    if not active:
-        reasons.append("the service is not active")
-    return reasons
-
-
-def service_active(name: str) -> bool:
-    res = subprocess.run(["systemctl", "is-active", "--quiet", name], check=False)
-    return res.returncode == 0
+from ansible.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
 
 
 def write_atomic(path: str, data: dict) -> None:
@@ -116,7 +75,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     p = module.params
-    current = {name: component_hash(str(spec)) for name, spec in p["components"].items()}
+    current = current_fingerprint(p["components"])
     recorded = load_recorded(p["state_file"])
     active = service_active(p["service"])
     reasons = decide(current, recorded, active)

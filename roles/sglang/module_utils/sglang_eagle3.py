@@ -230,6 +230,14 @@ def parse_patch(text: str) -> List[Hunk]:
     return hunks
 
 
+@functools.lru_cache(maxsize=8)
+def _parse(source: str) -> ast.Module:
+    """ast.parse, cached for the few texts one call looks at (about 3.5 MB a tree):
+    function spans and the no-argument call scan read the same files, six texts at
+    most. Callers must not modify the tree."""
+    return ast.parse(source)
+
+
 @functools.lru_cache(maxsize=16)
 def function_spans(source: str) -> Dict[str, Tuple[int, int]]:
     """Character span of every top-level function and class method, by qualname.
@@ -239,7 +247,7 @@ def function_spans(source: str) -> Dict[str, Tuple[int, int]]:
     asks about the same few texts, and parsing a 3,000-line file is the slow part.
     The returned dict must not be modified.
     """
-    tree = ast.parse(source)
+    tree = _parse(source)
     starts = [0]
     for line in source.splitlines(True):
         starts.append(starts[-1] + len(line))
@@ -457,7 +465,13 @@ def default_id_calls(source: str, rel: str) -> List[str]:
 
     Up to 0.5.10.post1 these calls bake the default ids into CUDA graphs.
     """
-    tree = ast.parse(source)
+    return ["%s:%s" % (rel, qual) for qual in _default_id_call_sites(source)]
+
+
+@functools.lru_cache(maxsize=8)
+def _default_id_call_sites(source: str) -> Tuple[str, ...]:
+    """Qualnames of the functions in ``source`` holding a no-argument call (cached)."""
+    tree = _parse(source)
     found: List[str] = []
 
     def visit(node: ast.AST, qual: str) -> None:
@@ -470,11 +484,11 @@ def default_id_calls(source: str, rel: str) -> List[str]:
             if (isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute)
                     and child.func.attr == "set_eagle3_layers_to_capture"
                     and not child.args and not child.keywords):
-                found.append("%s:%s" % (rel, qual))
+                found.append(qual)
             visit(child, name)
 
     visit(tree, "")
-    return found
+    return tuple(found)
 
 
 def runner_stores_ids(model_runner_source: str) -> bool:
@@ -974,3 +988,31 @@ def _present(req: Request, ids: List[int], inst: Installation,
     result.update(evidence=evidence, checks=checks, changed=bool(to_write), compliant=True,
                   sha256_after=sha256_hex(read_text(paths[DEEPSEEK_FILE])[0]))
     result["msg"] = ("patched: " + pending) if to_write else "already patched"
+
+
+# ------------------------------------------------------------------ fingerprint
+
+FINGERPRINT_STYLES = ("role", "canonical")
+
+
+def fingerprint_value(result: Dict[str, Any], style: str = "role") -> str:
+    """The text the fingerprint's ``sglang`` component hashes, from a ``run()`` result.
+
+    ``role`` is byte for byte what vars/main.yml ``_sglang_fp_components.sglang``
+    renders today: release, sha256_after and the companion dict as Jinja prints it
+    (Python's repr), joined by spaces. ``canonical`` says the same without depending
+    on how a template prints a dict: release, deepseek_v2.py sha256 and the companion
+    template name (``none`` without one). Audit and present give the same text on a
+    compliant host, since sha256_after is then the file's current hash.
+    """
+    def text(value: Any) -> str:
+        return "" if value is None else str(value)
+
+    companion = result.get("companion")
+    if style == "role":
+        return "%s %s %s" % (text(result.get("release")), text(result.get("sha256_after")), text(companion))
+    if style == "canonical":
+        template = companion.get("template") if isinstance(companion, dict) else None
+        return "release=%s deepseek_v2.py=%s companion=%s" % (
+            text(result.get("release")), text(result.get("sha256_after")), template or "none")
+    raise ValueError("fingerprint style must be one of %s, got %r" % (", ".join(FINGERPRINT_STYLES), style))

@@ -258,6 +258,11 @@ def _load_json_object(path: str) -> Optional[Dict[str, Any]]:
     return data
 
 
+def load_json_object(path: str) -> Optional[Dict[str, Any]]:
+    """A config.json as a dict; None if the file is absent, ValueError if it is not a JSON object."""
+    return _load_json_object(path)
+
+
 def read_num_hidden_layers(model_dir: str) -> Optional[int]:
     """Decoder layer count of the target, which bounds every capturable layer id.
 

@@ -1,0 +1,65 @@
+# -*- coding: utf-8 -*-
+"""What a running SGLang server was started from: fingerprint hashing and comparison.
+
+Shared by the ``sglang_fingerprint`` module (which records and compares) and the
+``sglang_probe`` module (which compares as part of its one-call compliance check),
+so both hash a component in exactly the same way. Standard library only; must run
+under any host ``python3`` from 3.9.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from typing import Any, Dict, List
+
+
+def component_hash(spec: str) -> str:
+    """sha256 of a file, of a literal value (``value:<text>``), or 'missing' for an absent file."""
+    if spec.startswith("value:"):
+        return hashlib.sha256(spec[len("value:"):].encode()).hexdigest()
+    try:
+        with open(spec, "rb") as fh:
+            return hashlib.sha256(fh.read()).hexdigest()
+    except FileNotFoundError:
+        return "missing"
+
+
+def current_fingerprint(components: Dict[str, Any]) -> Dict[str, str]:
+    """Component name to its hash now."""
+    return {name: component_hash(str(spec)) for name, spec in components.items()}
+
+
+def load_recorded(path: str) -> Dict[str, Any]:
+    """The recorded fingerprint file, or {} when absent or unreadable."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def decide(current: Dict[str, str], recorded: Dict[str, Any], active: bool) -> List[str]:
+    """Reasons to restart; empty when what runs is what should run."""
+    reasons = []
+    if not recorded.get("components"):
+        reasons.append("no healthy start has been recorded for this configuration")
+    else:
+        before = recorded["components"]
+        for name in sorted(set(current) | set(before)):
+            if current.get(name) != before.get(name):
+                reasons.append("%s changed since the last healthy start" % name)
+    if not active:
+        reasons.append("the service is not active")
+    return reasons
+
+
+def service_active(name: str) -> bool:
+    """``systemctl is-active --quiet``; False when systemctl itself is absent."""
+    try:
+        res = subprocess.run(["systemctl", "is-active", "--quiet", name], check=False)
+    except OSError:
+        return False
+    return res.returncode == 0

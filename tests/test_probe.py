@@ -1,0 +1,424 @@
+"""roles/sglang/library/sglang_probe.py on real release files, run as Ansible runs it.
+
+Each test lays out one host: a fake venv from a real wheel (patched with the engine
+where the scenario needs it), a draft config, a unit and an environment file, and the
+fingerprint sglang_fingerprint records after a healthy start. ``systemctl`` is a stub
+on PATH whose exit code says whether the service is active.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROLE, E
+
+LIBRARY = ROLE / "library"
+MODULE = LIBRARY / "sglang_probe.py"
+FINGERPRINT = LIBRARY / "sglang_fingerprint.py"
+MODULE_UTILS = ROLE / "module_utils"
+REPO = ROLE.parent.parent
+DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
+ANSIBLE = REPO / ".venv" / "bin" / "ansible"
+ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
+USER_IDS = [-1, 2, 30]
+
+LAUNCHER = """
+import runpy, sys
+import ansible.module_utils
+ansible.module_utils.__path__.append(sys.argv[1])
+module = sys.argv[2]
+sys.argv = [module, sys.argv[3]]
+runpy.run_path(module, run_name="__main__")
+"""
+
+
+def sha(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def fake_systemctl(root: Path, active: bool) -> str:
+    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive)."""
+    bin_dir = root / ("bin-active" if active else "bin-inactive")
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "systemctl"
+    if not stub.exists():
+        stub.write_text("#!/bin/sh\nexit %d\n" % (0 if active else 3))
+        stub.chmod(0o755)
+    return "%s:%s" % (bin_dir, os.environ.get("PATH", ""))
+
+
+def run_module(module: Path, tmp: Path, args: dict, active: bool = True, check_mode: bool = False):
+    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}
+    args_file = tmp / ("args-%s.json" % module.stem)
+    args_file.write_text(json.dumps(payload))
+    env = dict(os.environ, PATH=fake_systemctl(tmp, active))
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(MODULE_UTILS), str(module), str(args_file)],
+                          capture_output=True, text=True, timeout=120, env=env)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
+
+
+class Host:
+    """One host's files, laid out as the role leaves them after a healthy start."""
+
+    def __init__(self, tmp: Path, venv: Path, version: str, patches, patch: bool = True):
+        self.tmp, self.venv, self.version, self.patches = tmp, venv, version, patches
+        self.backup = tmp / "backup"
+        fix = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches,
+                              state="present" if patch else "audit", backup_dir=str(self.backup)))
+        assert not fix["failed"], fix["msg"]
+        self.fix = fix
+        self.draft = tmp / "draft" / "config.json"
+        self.draft.parent.mkdir()
+        config = json.loads(DRAFT_FIXTURE.read_text())
+        config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = fix["draft_layer_ids"]
+        self.draft.write_text(json.dumps(config, indent=2) + "\n")
+        self.unit = tmp / "sglang.service"
+        self.unit.write_text("[Service]\nExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server\n")
+        self.env = tmp / "sglang.env"
+        self.env.write_text("HF_TOKEN=secret\n")
+        self.env.chmod(0o600)
+        self.state_file = tmp / "state" / "running.json"
+        self.components = {
+            "draft_config": str(self.draft),
+            "unit": str(self.unit),
+            "environment": str(self.env),
+            "command": "value:/opt/sglang/venv/bin/python -m sglang.launch_server",
+        }
+        # What the role records after the gates, with the sglang component rendered from
+        # the *present* result; the probe recomputes it from its audit.
+        recorded = dict(self.components, sglang="value:" + E.fingerprint_value(fix))
+        rc, res = run_module(FINGERPRINT, tmp, dict(components=recorded, state_file=str(self.state_file),
+                                                     service="sglang", state="record"))
+        assert rc == 0 and res["changed"], res
+
+    def args(self, **over):
+        args = dict(
+            venv=str(self.venv), expected_version=self.version, layer_ids=USER_IDS, patches=self.patches,
+            pipeline_parallel_size=1, backup_dir=str(self.backup), draft_config=str(self.draft),
+            fingerprint_file=str(self.state_file), fingerprint_components=dict(self.components),
+            service="sglang", service_manage=True,
+        )
+        if "files" not in over:
+            args["files"] = {"unit": {"path": str(self.unit), "sha256": sha(self.unit)},
+                             "environment": {"path": str(self.env), "sha256": sha(self.env)}}
+        args.update(over)
+        return args
+
+    def probe(self, active=True, check_mode=False, **over):
+        rc, res = run_module(MODULE, self.tmp, self.args(**over), active=active, check_mode=check_mode)
+        assert rc == 0, res
+        assert res["changed"] is False
+        return res
+
+
+@pytest.fixture
+def host(make_venv, patches, tmp_path):
+    def make(version: str, patch: bool = True) -> Host:
+        return Host(tmp_path, make_venv(version), version, patches, patch=patch)
+    return make
+
+
+def site_file(venv: Path, rel: str) -> Path:
+    return next(venv.glob("lib/python3*/site-packages")) / rel
+
+
+def tree_snapshot(root: Path):
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def test_module_is_python39_syntax():
+    for path in (MODULE, MODULE_UTILS / "sglang_runstate.py", MODULE_UTILS / "sglang_eagle3.py"):
+        ast.parse(path.read_text(), feature_version=(3, 9))
+
+
+def test_patched_059_is_compliant_and_nothing_is_touched(host):
+    h = host("0.5.9")
+    before = tree_snapshot(h.tmp)
+    res = h.probe(check_mode=True)
+    assert res["compliant"] is True, res["reasons"]
+    assert res["reasons"] == [] and res["restart_needed"] is False and res["active"] is True
+    assert res["release"] == "0.5.9" and res["decision"] == "patch"
+    assert res["draft_layer_ids"] == USER_IDS == res["draft_layer_ids_found"]
+    assert res["eagle3"]["file_state_before"] == "ours" and res["eagle3"]["compliant"] is True
+    assert res["eagle3"]["companion"]["template"] == "companion_cg_attr"
+    assert res["fingerprint"]["current"] == res["fingerprint"]["recorded"]
+    # Read-only: no file added, changed or even rewritten (the args file is the harness').
+    after = tree_snapshot(h.tmp)
+    after.pop(str(h.tmp / "args-sglang_probe.json"), None)
+    before.pop(str(h.tmp / "args-sglang_probe.json"), None)
+    assert after == before
+
+
+def test_pristine_059_needs_the_patch_and_a_restart(host):
+    h = host("0.5.9", patch=False)
+    res = h.probe()
+    assert res["compliant"] is False and res["restart_needed"] is True
+    assert res["eagle3"]["file_state_before"] == "pristine"
+    assert any(r.startswith("deepseek_v2.py pristine: patch needed") for r in res["reasons"]), res["reasons"]
+    # The draft holds the ids already; only the file is the problem.
+    assert not any(r.startswith("draft ids") for r in res["reasons"])
+
+
+def test_native_0514_with_translated_ids_is_compliant(host):
+    h = host("0.5.14", patch=False)
+    assert h.fix["decision"] == "native" and h.fix["draft_layer_ids"] == [0, 3, 31]
+    res = h.probe()
+    assert res["compliant"] is True, res["reasons"]
+    assert res["decision"] == "native" and res["draft_layer_ids_found"] == [0, 3, 31]
+
+
+def test_native_0514_with_the_users_ids_in_the_draft_is_not(host):
+    h = host("0.5.14", patch=False)
+    config = json.loads(h.draft.read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = USER_IDS
+    h.draft.write_text(json.dumps(config, indent=2) + "\n")
+    res = h.probe()
+    assert res["compliant"] is False
+    assert "draft ids [-1, 2, 30] != [0, 3, 31]" in res["reasons"]
+    # The draft config is a fingerprint component too.
+    assert "fingerprint differs (draft_config): restart needed" in res["reasons"]
+
+
+def test_wrong_draft_ids_on_a_patched_release(host):
+    h = host("0.5.9")
+    config = json.loads(h.draft.read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 30, 58]
+    h.draft.write_text(json.dumps(config) + "\n")
+    res = h.probe()
+    assert "draft ids [2, 30, 58] != [-1, 2, 30]" in res["reasons"]
+    h.draft.unlink()
+    res = h.probe()
+    assert "draft config %s does not exist" % h.draft in res["reasons"]
+
+
+def test_version_mismatch(host):
+    h = host("0.5.9")
+    res = h.probe(expected_version="0.5.12.post1")
+    assert res["compliant"] is False and res["release"] == "0.5.9"
+    assert res["reasons"] == ["sglang 0.5.9 installed, 0.5.12.post1 pinned"]
+
+
+def test_missing_venv(host, tmp_path):
+    h = host("0.5.9")
+    res = h.probe(venv=str(tmp_path / "nowhere"))
+    assert res["compliant"] is False and res["release"] is None and res["restart_needed"] is True
+    assert res["reasons"][0].startswith("sglang 0.5.9 not installed in %s" % (tmp_path / "nowhere"))
+
+
+def test_unit_and_env_hash_mismatch(host):
+    h = host("0.5.9")
+    files = h.args()["files"]
+    files["unit"]["sha256"] = hashlib.sha256(b"another rendering").hexdigest()
+    res = h.probe(files=files)
+    assert res["reasons"] == ["unit differs from the rendered one"]
+    h.env.unlink()
+    res = h.probe(files=files)
+    assert "environment %s does not exist" % h.env in res["reasons"]
+    # The env content never appears in the result.
+    assert "secret" not in json.dumps(res)
+
+
+def test_fingerprint_mismatch(host):
+    h = host("0.5.9")
+    h.unit.write_text(h.unit.read_text() + "# edited\n")
+    res = h.probe(files={})  # the rendered one matches what is on disk now; the server ran on the old
+    assert res["reasons"] == ["fingerprint differs (unit): restart needed"] and res["restart_needed"]
+    h.state_file.unlink()
+    res = h.probe(files={})
+    assert res["reasons"] == ["no healthy start recorded: restart needed"]
+
+
+def test_fingerprint_follows_the_sglang_component(host):
+    """A different command, or a pre-rendered sglang value, changes the fingerprint."""
+    h = host("0.5.9")
+    comps = dict(h.components, sglang="value:something else")
+    assert h.probe(fingerprint_components=comps)["reasons"] == ["fingerprint differs (sglang): restart needed"]
+    comps = dict(h.components, sglang="value:" + E.fingerprint_value(h.fix))
+    assert h.probe(fingerprint_components=comps)["compliant"] is True
+    res = h.probe(fingerprint_style="canonical")
+    assert res["reasons"] == ["fingerprint differs (sglang): restart needed"]
+
+
+def test_service_inactive(host):
+    h = host("0.5.9")
+    res = h.probe(active=False)
+    assert res["reasons"] == ["service sglang not active"] and res["active"] is False and res["restart_needed"]
+    # Without a managed service nothing about it is checked (golden images).
+    res = h.probe(active=False, service_manage=False, files={"unit": {"path": "/nonexistent", "sha256": "0" * 64}})
+    assert res["compliant"] is True and res["active"] is None
+
+
+def test_bad_layer_ids_fail(host):
+    h = host("0.5.9")
+    rc, res = run_module(MODULE, h.tmp, h.args(layer_ids=[2, -1]))
+    assert rc != 0 and res["failed"] and "ascending" in res["msg"]
+
+
+def test_fingerprint_value_styles(engine):
+    res = {"release": "0.5.9", "sha256_after": "ab" * 32,
+           "companion": {"needed": True, "template": "companion_cg_attr", "files": ["x.py"]}}
+    assert engine.fingerprint_value(res) == (
+        "0.5.9 %s {'needed': True, 'template': 'companion_cg_attr', 'files': ['x.py']}" % ("ab" * 32))
+    assert engine.fingerprint_value(res, "canonical") == "release=0.5.9 deepseek_v2.py=%s companion=companion_cg_attr" % (
+        "ab" * 32)
+    res["companion"] = {"needed": False, "files": []}
+    assert engine.fingerprint_value(res, "canonical").endswith(" companion=none")
+    with pytest.raises(ValueError):
+        engine.fingerprint_value(res, "other")
+
+
+def test_one_call_cost(host):
+    """Per-call time of the module on an installed, compliant 0.5.9 (printed; loose bound)."""
+    h = host("0.5.9")
+    args_file = h.tmp / "cost.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": h.args()}))
+    env = dict(os.environ, PATH=fake_systemctl(h.tmp, True))
+    times, cpu = [], []
+    for _ in range(5):
+        start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(MODULE_UTILS), str(MODULE), str(args_file)],
+                              capture_output=True, text=True, env=env, check=True)
+        times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime)
+        assert json.loads(proc.stdout)["compliant"] is True
+    # Wall time depends on the machine's load; CPU time (user + sys) much less.
+    print("\nsglang_probe per call (whole process): wall min %.3fs median %.3fs, cpu min %.3fs median %.3fs"
+          % (min(times), sorted(times)[2], min(cpu), sorted(cpu)[2]))
+    assert min(cpu) < 5
+
+
+# ------------------------------------------------------------ through Ansible
+
+
+def ansible_env(tmp: Path) -> dict:
+    return dict(
+        os.environ,
+        PATH=fake_systemctl(tmp, True),
+        ANSIBLE_LIBRARY=str(LIBRARY),
+        ANSIBLE_MODULE_UTILS=str(MODULE_UTILS),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-local"),
+        ANSIBLE_REMOTE_TEMP=str(tmp / "ansible-remote"),
+        ANSIBLE_HOME=str(tmp / "ansible-home"),
+    )
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="no ansible in .venv")
+def test_through_ansible_adhoc(host):
+    h = host("0.5.9")
+    work = h.tmp / "adhoc"
+    work.mkdir()
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,", "-m", "sglang_probe",
+         "-M", str(LIBRARY), "-a", json.dumps(h.args())],
+        capture_output=True, text=True, env=ansible_env(h.tmp),
+        cwd=str(work),  # no project ansible.cfg: its callbacks would print around the JSON
+        timeout=180,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    head, _, body = proc.stdout.partition(" => ")
+    assert head.strip() == "localhost | SUCCESS", proc.stdout
+    res = json.loads(body)
+    assert res["compliant"] is True and res["changed"] is False, res["reasons"]
+    print("\nansible localhost -m sglang_probe: %.2fs wall" % elapsed)
+
+
+PLAYBOOK = """
+- hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {vars_file}
+  vars:
+    sglang_service_name: sglang
+    sglang_draft_model_path: {draft_dir}
+    sglang_server_command: /opt/sglang/venv/bin/python -m sglang.launch_server
+    sglang_state_dir: {state_dir}
+    _sglang_unit_path: {unit}
+    _sglang_env_path: {env}
+  tasks:
+    - name: Patch as the role does
+      sglang_eagle3:
+        venv: {venv}
+        layer_ids: [-1, 2, 30]
+        patches: "{{{{ patches }}}}"
+        backup_dir: {backup}
+      register: _sglang_fix
+
+    - name: Record as the role does after the gates, with the role's own sglang component
+      sglang_fingerprint:
+        components: "{{{{ _sglang_fp_components }}}}"
+        state_file: "{{{{ _sglang_fingerprint_file }}}}"
+        service: sglang
+        state: record
+
+    - name: Probe, computing the sglang component itself
+      sglang_probe:
+        venv: {venv}
+        expected_version: "0.5.9"
+        layer_ids: [-1, 2, 30]
+        patches: "{{{{ patches }}}}"
+        backup_dir: {backup}
+        draft_config: "{{{{ sglang_draft_model_path }}}}/config.json"
+        fingerprint_file: "{{{{ _sglang_fingerprint_file }}}}"
+        fingerprint_components: "{{{{ _sglang_fp_components | dict2items | rejectattr('key', 'eq', 'sglang')
+                                     | items2dict }}}}"
+        service: sglang
+      register: probe
+
+    - name: The role's rendering and the probe's agree
+      ansible.builtin.assert:
+        that:
+          - probe.compliant
+          - probe.fingerprint.current == probe.fingerprint.recorded
+        fail_msg: "{{{{ probe.reasons }}}}"
+"""
+
+
+@pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="no ansible-playbook in .venv")
+def test_role_rendered_sglang_component_matches_the_probe(make_venv, patches, tmp_path):
+    """vars/main.yml's _sglang_fp_components.sglang, rendered by Ansible, hashes like the probe's."""
+    venv = make_venv("0.5.9")
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    shutil.copy(str(DRAFT_FIXTURE), str(draft / "config.json"))
+    config = json.loads((draft / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = USER_IDS
+    (draft / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (tmp_path / "unit").write_text("[Service]\n")
+    (tmp_path / "env").write_text("A=1\n")
+    work = tmp_path / "play"
+    work.mkdir()
+    (work / "patches.json").write_text(json.dumps({"patches": patches}))
+    (work / "play.yml").write_text(PLAYBOOK.format(
+        vars_file=ROLE / "vars" / "main.yml", draft_dir=draft, state_dir=tmp_path / "state",
+        unit=tmp_path / "unit", env=tmp_path / "env", venv=venv, backup=tmp_path / "backup"))
+    env = ansible_env(tmp_path)
+    env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.default"
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-c", "local", "-i", "localhost,", "-e", "@patches.json", "play.yml"],
+        capture_output=True, text=True, env=env, cwd=str(work), timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
