@@ -135,7 +135,10 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         "%s %d" % (k, v) for k, v in counts["status"].items()) or "none"))
     lines.append("- by decision: %s" % (", ".join("%s %d" % (k, v) for k, v in counts["decision"].items()) or "none"))
     lines.append("")
-    attention = [r for r in rows if r["status"] in ATTENTION or r.get("error")]
+    running = run["result"] == "running"
+    # While the run goes on, hosts no batch has reached yet are pending, not a finding.
+    attention = [r for r in rows if (r["status"] in ATTENTION or r.get("error"))
+                 and not (running and r["status"] == "not reached")]
     if attention:
         lines += ["## Needs attention", ""]
         for r in attention:
@@ -175,8 +178,9 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         decision = r.get("decision") or "-"
         if r.get("action") and r.get("action") != decision:
             decision = "%s / %s" % (decision, r["action"])
+        status = "pending" if running and r["status"] == "not reached" else r["status"]
         lines.append("| %s |" % " | ".join(cell(v) for v in (
-            r["host"], r["batch"], r["status"], r["release"], decision,
+            r["host"], r["batch"], status, r["release"], decision,
             ", ".join(str(e) for e in r.get("evidence") or []),
             "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
             r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),

@@ -1,0 +1,138 @@
+"""The fleet report callback: rows as hosts finish, aborted runs, failures first."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("sglang_report", ROOT / "callback_plugins" / "sglang_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+report = _load()
+
+
+class Inventory:
+    """Inventory with a batch restriction, like PlaybookExecutor's."""
+
+    def __init__(self, hosts):
+        self.hosts = hosts
+        self.batch = hosts
+
+    def get_hosts(self, pattern, ignore_restrictions=False):
+        names = self.hosts if ignore_restrictions else self.batch
+        return [SimpleNamespace(get_name=lambda n=n: n) for n in names]
+
+
+def play(inventory, role="sglang", **play_vars):
+    return SimpleNamespace(
+        get_roles=lambda: [SimpleNamespace(get_name=lambda: role)], vars=play_vars, hosts="sglang",
+        _variable_manager=SimpleNamespace(_inventory=inventory))
+
+
+def result(host, res, task="some task"):
+    return SimpleNamespace(host=SimpleNamespace(get_name=lambda: host),
+                           task=SimpleNamespace(get_name=lambda: task), result=res)
+
+
+def fact(host, **over):
+    base = {"host": host, "release": "0.5.9", "decision": "patch", "file_state_before": "pristine",
+            "sha256_before": "a" * 64, "sha256_after": "b" * 64, "evidence": [2634, 2721],
+            "draft_layer_ids": [-1, 2, 30], "compliant": True, "restart_needed": True, "restarted": True,
+            "restart_reasons": ["unit changed"], "health": "ok", "accept_length": "3.556",
+            "tokens_per_s": "126.1", "speculative_flags": {"num_steps": 15, "eagle_topk": 1, "num_draft_tokens": 16},
+            "error": "", "mode": "apply"}
+    base.update(over)
+    return {"ansible_facts": {"sglang_remediation": base}}
+
+
+class Stats:
+    def __init__(self, changed):
+        self.changed = changed
+
+    def summarize(self, host):
+        return {"ok": 30, "changed": self.changed.get(host, 0), "failures": 0, "unreachable": 0,
+                "skipped": 3, "rescued": 0, "ignored": 0}
+
+
+@pytest.fixture
+def callback(tmp_path, monkeypatch):
+    cb = report.CallbackModule()
+    options = {"report_dir": str(tmp_path), "print_rows_max": 50}
+    monkeypatch.setattr(cb, "get_option", options.get)
+    cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
+    return cb
+
+
+def read(tmp_path):
+    return json.loads((tmp_path / "latest" / "fleet.json").read_text()), (tmp_path / "latest" / "fleet.md").read_text()
+
+
+def test_a_failed_batch_leaves_a_complete_report(callback, tmp_path):
+    inv = Inventory(["h1", "h2", "h3", "h4"])
+    inv.batch = ["h1"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    # Written as the canary finished, before the run ends.
+    doc, _ = read(tmp_path)
+    assert [r["status"] for r in doc["hosts"]] == ["ok", "not reached", "not reached", "not reached"]
+    inv.batch = ["h2", "h3"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h2", fact("h2")))
+    callback.v2_runner_on_failed(result("h3", {"msg": "Status code was 503"}, "Wait for /health_generate"))
+    callback.v2_runner_on_ok(result("h3", fact("h3", error="Wait: 503 (rolled back)", rolled_back=True, health="failed")))
+    callback.v2_runner_on_failed(result("h3", {"msg": "h3: sglang failed its gate"}, "Fail the host"))
+    callback.v2_playbook_on_stats(Stats({"h1": 5, "h2": 5, "h3": 6}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert doc["run"]["result"] == "aborted" and doc["run"]["batches"] == 2
+    assert rows["h1"]["status"] == "changed" and rows["h1"]["batch"] == 1 and rows["h1"]["accept_length"] == 3.556
+    assert rows["h3"]["status"] == "failed" and rows["h3"]["batch"] == 2 and rows["h3"]["rolled_back"] is True
+    assert rows["h3"]["error"] == "Wait: 503 (rolled back)"
+    assert rows["h4"]["status"] == "not reached" and rows["h4"]["batch"] is None
+    assert doc["counts"]["decision"] == {"patch": 3, "(not reached)": 1}
+    # Failures first, in the summary and in the table.
+    assert md.index("## Needs attention") < md.index("## Hosts")
+    table = md.split("## Hosts", 1)[1]
+    assert table.index("| h3 |") < table.index("| h4 |") < table.index("| h1 |")
+    # The timestamped copy holds the same report.
+    copies = list((tmp_path / "runs").glob("*/fleet.json"))
+    assert len(copies) == 1 and json.loads(copies[0].read_text()) == doc
+
+
+def test_hosts_of_an_interrupted_batch_are_aborted(callback, tmp_path):
+    inv = Inventory(["h1", "h2"])
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_unreachable(result("h2", {"msg": "container gone"}))
+    callback._at_exit()
+    doc, _ = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert doc["run"]["result"] == "interrupted"
+    assert rows["h1"]["status"] == "aborted" and rows["h2"]["status"] == "unreachable"
+
+
+def test_helper_plays_add_no_hosts(callback, tmp_path):
+    callback.v2_playbook_on_play_start(play(Inventory(["localhost"]), role="other"))
+    callback.v2_runner_on_failed(result("localhost", {"msg": "x"}))
+    assert not (tmp_path / "latest").exists()
+
+
+def test_audit_rows_say_what_would_change(callback, tmp_path):
+    inv = Inventory(["h1"])
+    callback.v2_playbook_on_play_start(play(inv, sglang_audit=True))
+    callback.v2_runner_on_ok(result("h1", fact("h1", mode="audit", compliant=False, restarted=False,
+                                                 sha256_after="a" * 64, drift=["unit file"])))
+    callback.v2_playbook_on_stats(Stats({}))
+    doc, _ = read(tmp_path)
+    assert doc["run"]["mode"] == "audit" and doc["run"]["result"] == "noncompliant"
+    assert doc["hosts"][0]["status"] == "noncompliant" and doc["hosts"][0]["drift"] == ["unit file"]
+    assert doc["hosts"][0]["action"] == "would patch"
