@@ -60,8 +60,13 @@ def _is_int(value: Any) -> bool:
 
 
 def _describe(value: Any) -> str:
-    """Show a value with its type, so ``"2"`` and ``2`` read differently in errors."""
-    return "%r (%s)" % (value, type(value).__name__)
+    """Show a value with its type, so ``"2"`` and ``2`` read differently in errors.
+
+    The type is the first builtin one in the MRO: Ansible hands filters its own
+    subclasses (``_AnsibleTaggedStr``), which mean nothing to the user.
+    """
+    kind = next((t for t in type(value).__mro__ if t.__module__ == "builtins"), type(value))
+    return "%r (%s)" % (value, kind.__name__)
 
 
 # --------------------------------------------------------------------------- #
