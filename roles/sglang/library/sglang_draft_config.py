@@ -241,7 +241,9 @@ def main() -> None:
         errors += validate_layer_ids(
             p["user_layer_ids"], num_hidden_layers, expected_count, var="sglang_eagle3_layer_ids"
         )
-    errors += validate_layer_ids(p["layer_ids"], num_hidden_layers, expected_count, var="layer_ids")
+    # The same list under a second name would only repeat every error.
+    if p["user_layer_ids"] is None or p["layer_ids"] != p["user_layer_ids"]:
+        errors += validate_layer_ids(p["layer_ids"], num_hidden_layers, expected_count, var="layer_ids")
     if errors:
         module.fail_json(
             msg="refusing to write %s: %s" % (config_path, "; ".join(errors)),
