@@ -1,0 +1,69 @@
+"""Count, per host, the tasks that executed a module on the host (for bench/run.py).
+
+Silent unless SGLANG_BENCH_OUT names a file: then it writes {host: {remote, local,
+changed}} there at the end of the run. Tasks whose action runs only on the
+controller (set_fact, assert, debug, meta, includes, argument validation) are
+counted as local; every other task that ran (ok, changed or failed, not skipped)
+executed a module on the host.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = r"""
+name: sglang_bench
+type: aggregate
+short_description: Count remote module executions per host for the benchmark
+description:
+  - Writes per-host counts to the file named by SGLANG_BENCH_OUT; does nothing without it.
+requirements: []
+"""
+
+LOCAL_ACTIONS = {
+    "set_fact", "assert", "debug", "meta", "include_tasks", "import_tasks", "include_role",
+    "import_role", "fail", "validate_argument_spec", "add_host", "group_by", "include_vars",
+    "pause", "set_stats",
+}
+
+
+def _short(action: str) -> str:
+    return action.rsplit(".", 1)[-1]
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "sglang_bench"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = os.environ.get("SGLANG_BENCH_OUT")
+        self.counts: dict = defaultdict(lambda: {"remote": 0, "local": 0, "changed": 0})
+
+    def _count(self, result, changed: bool) -> None:
+        if not self.out:
+            return
+        host = result._host.get_name()
+        kind = "local" if _short(result._task.action) in LOCAL_ACTIONS else "remote"
+        # delegate_to localhost runs on the controller too.
+        if result._task.delegate_to in ("localhost", "127.0.0.1"):
+            kind = "local"
+        self.counts[host][kind] += 1
+        if changed:
+            self.counts[host]["changed"] += 1
+
+    def v2_runner_on_ok(self, result) -> None:
+        self._count(result, bool(result._result.get("changed")))
+
+    def v2_runner_on_failed(self, result, ignore_errors=False) -> None:
+        self._count(result, False)
+
+    def v2_playbook_on_stats(self, stats) -> None:
+        if self.out:
+            with open(self.out, "w") as fh:
+                json.dump(self.counts, fh, indent=1, sort_keys=True)
