@@ -58,7 +58,7 @@ from ansible.plugins.callback import CallbackBase
 FACT = "sglang_remediation"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
 ATTENTION = ("failed", "unreachable", "aborted", "not reached")
-STATUS_ORDER = ATTENTION + ("running", "noncompliant", "changed", "ok")
+STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "ok")
 
 
 def plain(value: Any) -> Any:
@@ -303,8 +303,12 @@ class CallbackModule(CallbackBase):
             row["status"] = "failed"
         elif row["status"] in ("running", "not reached"):
             row["status"] = "ok"
-        if row["status"] == "ok" and row["compliant"] is False and (self.mode == "audit" or self.check_mode):
-            row["status"] = "noncompliant"
+        if row["status"] == "ok" and row["compliant"] is False:
+            # Audit: a finding. Check mode: what a real run would change.
+            if self.mode == "audit":
+                row["status"] = "noncompliant"
+            elif self.check_mode:
+                row["status"] = "would change"
 
     # --- callbacks -----------------------------------------------------------------
     def v2_playbook_on_start(self, playbook: Any) -> None:
@@ -380,11 +384,15 @@ class CallbackModule(CallbackBase):
                 row["error"] = row["error"] or "the run stopped before this host finished"
             elif row["status"] == "ok" and summary.get("changed", 0) and not self.check_mode and self.mode != "audit":
                 row["status"] = "changed"
-        bad = [r for r in self.rows.values() if r["status"] in ATTENTION or r["status"] == "noncompliant"]
-        if any(r["status"] in ("not reached", "aborted") for r in self.rows.values()):
+        statuses = {r["status"] for r in self.rows.values()}
+        if statuses & {"not reached", "aborted"}:
             self.result = "aborted"
-        elif bad:
-            self.result = "failed" if any(r["status"] in ATTENTION for r in bad) else "noncompliant"
+        elif statuses & set(ATTENTION):
+            self.result = "failed"
+        elif "noncompliant" in statuses:
+            self.result = "noncompliant"
+        elif "would change" in statuses:
+            self.result = "would change"
         else:
             self.result = "complete"
         self.finished = True

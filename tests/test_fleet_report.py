@@ -136,3 +136,18 @@ def test_audit_rows_say_what_would_change(callback, tmp_path):
     assert doc["run"]["mode"] == "audit" and doc["run"]["result"] == "noncompliant"
     assert doc["hosts"][0]["status"] == "noncompliant" and doc["hosts"][0]["drift"] == ["unit file"]
     assert doc["hosts"][0]["action"] == "would patch"
+
+
+def test_check_mode_rows_say_would_change(callback, tmp_path):
+    callback.check_mode = True
+    inv = Inventory(["h1", "h2"])
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1", mode="check", compliant=False, restarted=False,
+                                                 restart_reasons=["unit would change"])))
+    callback.v2_runner_on_ok(result("h2", fact("h2", mode="check", restarted=False, restart_needed=False)))
+    callback.v2_playbook_on_stats(Stats({"h1": 1}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert doc["run"]["result"] == "would change"
+    assert rows["h1"]["status"] == "would change" and rows["h2"]["status"] == "ok"
+    assert "would restart: unit would change" in md
