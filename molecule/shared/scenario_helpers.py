@@ -1,0 +1,156 @@
+"""Helpers for Molecule verifiers that drive ansible-playbook runs themselves.
+
+The check, upgrade, bad-input and interrupted scenarios prove things about whole
+runs (rc, the recap's changed count, whether the host moved), which a single
+Molecule action cannot express. Their testinfra files call ``run_playbook`` with
+the scenario's own inventory and Ansible configuration (Molecule passes both to
+the verifier through the environment) and compare ``snapshot`` before and after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+PROJECT = Path(__file__).resolve().parents[2]
+CONVERGE = PROJECT / "molecule" / "default" / "converge.yml"
+STARTS_LOG = "/var/lib/sglang/starts.log"
+SITE = "/opt/sglang/venv/lib/python3*/site-packages"
+DEEPSEEK_REL = "sglang/srt/models/deepseek_v2.py"
+DRAFT_CONFIG = "/models/DeepSeek-V3-EAGLE3/config.json"
+UNIT = "/etc/systemd/system/sglang.service"
+
+# Everything the role may write, plus what the test bed placed. Listed with
+# type, mode, owner, size and mtime, and hashed: a rewrite with equal bytes
+# still shows as a change.
+WATCHED = ("/opt", "/etc/systemd/system", "/etc/sglang", "/var/lib/sglang-remediation",
+           "/var/lib/sglang", "/var/cache/sglang", "/models", "/usr/local/lib/sglang-test-double")
+
+_RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)"
+                    r"\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass
+class Run:
+    """One ansible-playbook run as the verifier saw it."""
+
+    rc: int
+    output: str
+    recap: Dict[str, Dict[str, int]]
+
+    def changed(self) -> int:
+        return sum(h["changed"] for h in self.recap.values())
+
+    def failed(self) -> int:
+        return sum(h["failed"] for h in self.recap.values())
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def parse_recap(output: str) -> Dict[str, Dict[str, int]]:
+    """PLAY RECAP counts per host (the last recap wins)."""
+    keys = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
+    out: Dict[str, Dict[str, int]] = {}
+    for match in _RECAP.finditer(_ANSI.sub("", output)):
+        out[match.group(1)] = dict(zip(keys, (int(g) for g in match.groups()[1:])))
+    return out
+
+
+def inventory() -> str:
+    ephemeral = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+    if not ephemeral:
+        raise RuntimeError("MOLECULE_EPHEMERAL_DIRECTORY is not set: run this through molecule verify")
+    return os.path.join(ephemeral, "inventory")
+
+
+def run_playbook(playbook: Path = CONVERGE, extra_vars: Optional[Dict[str, Any]] = None,
+                 args: Sequence[str] = (), timeout: int = 900) -> Run:
+    """Run a playbook against the scenario's inventory; never raises on rc != 0.
+
+    Extra vars travel as a JSON file so that types survive exactly: ``["2"]`` stays
+    a list of strings and ``"0.5.9"`` a string.
+    """
+    cmd: List[str] = ["ansible-playbook", "-i", inventory(), str(playbook), *args]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PY_COLORS="0")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(extra_vars or {}, fh)
+        vars_file = fh.name
+    try:
+        cmd += ["-e", "@" + vars_file]
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=str(PROJECT), timeout=timeout, check=False)
+    finally:
+        os.unlink(vars_file)
+    return Run(proc.returncode, proc.stdout, parse_recap(proc.stdout))
+
+
+def snapshot(host) -> Dict[str, str]:
+    """What a run could have changed on the host, as comparable text."""
+    paths = " ".join(WATCHED)
+    # Directories without mtime: restoring a stashed directory moves its parent's.
+    listing = host.run("{ find %s -xdev -type d -printf '%%y %%m %%u:%%g %%p\\n';"
+                       " find %s -xdev ! -type d -printf '%%y %%m %%u:%%g %%s %%T@ %%p\\n'; } 2>/dev/null | sort"
+                       % (paths, paths))
+    hashes = host.run("find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum" % paths)
+    service = host.run("systemctl show -p ActiveState -p SubState -p MainPID "
+                       "-p ActiveEnterTimestampMonotonic -p UnitFileState -p FragmentPath sglang")
+    accounts = host.run("getent passwd sglang; getent group sglang; true")
+    return {"listing": listing.stdout, "hashes": hashes.stdout, "service": service.stdout,
+            "accounts": accounts.stdout}
+
+
+def snapshot_diff(before: Dict[str, str], after: Dict[str, str]) -> List[str]:
+    """Lines that differ, prefixed - (before only) and + (after only)."""
+    out: List[str] = []
+    for key in before:
+        old, new = set(before[key].splitlines()), set(after[key].splitlines())
+        out += ["%s - %s" % (key, line) for line in sorted(old - new)]
+        out += ["%s + %s" % (key, line) for line in sorted(new - old)]
+    return out
+
+
+def starts(host) -> int:
+    """Healthy starts of the test double so far (one line each)."""
+    res = host.run("cat %s 2>/dev/null | wc -l" % STARTS_LOG)
+    return int(res.stdout.strip() or 0)
+
+
+def deepseek_path(host) -> str:
+    return host.check_output("ls -d %s/%s" % (SITE, DEEPSEEK_REL)).strip()
+
+
+def record_sha256(host, rel: str = DEEPSEEK_REL) -> str:
+    """The hex sha256 pip recorded for ``rel`` in the installed release's RECORD."""
+    script = ("import base64,glob,sys;"
+              "rec=glob.glob('%s/sglang-*.dist-info/RECORD');"
+              "assert len(rec)==1,rec;"
+              "[print(base64.urlsafe_b64decode(h[7:]+'='*(-len(h[7:])%%4)).hex()) "
+              "for p,h,_ in (l.rsplit(',',2) for l in open(rec[0]) if l.count(',')>=2) if p==sys.argv[1]]"
+              % SITE)
+    return host.check_output("python3 -c %s %s" % (_quote(script), _quote(rel))).strip()
+
+
+def sha256(host, path: str) -> str:
+    return host.check_output("sha256sum %s" % _quote(path)).split()[0]
+
+
+def draft_ids(host) -> Any:
+    cfg = json.loads(host.file(DRAFT_CONFIG).content_string)
+    return cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+
+
+def server_info(host) -> Dict[str, Any]:
+    script = ("import urllib.request;"
+              "print(urllib.request.urlopen('http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())")
+    return json.loads(host.check_output("python3 -c %s" % _quote(script)))
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
