@@ -1,10 +1,11 @@
 """Count, per host, the tasks that executed a module on the host (for bench/run.py).
 
 Silent unless SGLANG_BENCH_OUT names a file: then it writes {host: {remote, local,
-changed}} there at the end of the run. Tasks whose action runs only on the
+changed, memo}} there at the end of the run (memo: how sglang_probe's audit was
+answered, hit, miss or off; null without a probe). Tasks whose action runs only on the
 controller (set_fact, assert, debug, meta, includes, argument validation) are
 counted as local; every other task that ran (ok, changed or failed, not skipped)
-executed a module on the host.
+executed a module on the host, once per loop item and once per `until` attempt.
 """
 from __future__ import annotations
 
@@ -43,9 +44,9 @@ class CallbackModule(CallbackBase):
     def __init__(self) -> None:
         super().__init__()
         self.out = os.environ.get("SGLANG_BENCH_OUT")
-        self.counts: dict = defaultdict(lambda: {"remote": 0, "local": 0, "changed": 0})
+        self.counts: dict = defaultdict(lambda: {"remote": 0, "local": 0, "changed": 0, "memo": None})
 
-    def _count(self, result, changed: bool) -> None:
+    def _count(self, result, changed: bool, executions: int = 0) -> None:
         if not self.out:
             return
         host = result._host.get_name()
@@ -53,12 +54,25 @@ class CallbackModule(CallbackBase):
         # delegate_to localhost runs on the controller too.
         if result._task.delegate_to in ("localhost", "127.0.0.1"):
             kind = "local"
-        self.counts[host][kind] += 1
+        if not executions:
+            # A loop ran the module once per item that was not skipped.
+            items = result._result.get("results")
+            executions = (sum(1 for r in items if not (isinstance(r, dict) and (r.get("skipped")
+                                                                                  or "skip_reason" in r)))
+                          if isinstance(items, list) else 1)
+        self.counts[host][kind] += executions
         if changed:
             self.counts[host]["changed"] += 1
 
+    def v2_runner_retry(self, result) -> None:
+        # Each attempt an `until` repeats is one more execution.
+        self._count(result, False, executions=1)
+
     def v2_runner_on_ok(self, result) -> None:
         self._count(result, bool(result._result.get("changed")))
+        if self.out and _short(result._task.action) == "sglang_probe":
+            # hit, miss or off: whether the probe answered from its audit memo.
+            self.counts[result._host.get_name()]["memo"] = (result._result.get("eagle3") or {}).get("memo")
 
     def v2_runner_on_failed(self, result, ignore_errors=False) -> None:
         self._count(result, False)

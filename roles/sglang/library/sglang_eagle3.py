@@ -50,6 +50,12 @@ options:
   python:
     description: Interpreter used to compile the patched files (the venv's); defaults to the module's.
     type: path
+  memo_file:
+    description:
+      - The audit memo C(sglang_probe) reads. After a successful C(present) run (not in check mode)
+        the audit of the files as they now are is stored there, so the next rerun's probe need
+        not parse SGLang again. C(audit) reads it and never writes it.
+    type: path
 """
 
 RETURN = r"""
@@ -78,7 +84,7 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_eagle3 import DEFAULT_LAYER_IDS, Request, run
+from ansible.module_utils.sglang_eagle3 import DEFAULT_LAYER_IDS, Request, audit_memoized, run
 
 
 def main():
@@ -91,17 +97,28 @@ def main():
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             pipeline_parallel_size=dict(type="int", default=1),
             python=dict(type="path"),
+            memo_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     # layer_ids is taken raw so the engine, not Ansible's coercion, judges "2" or true.
-    result = run(Request(
+    req = Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state=p["state"],
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"],
         python=p["python"], check_mode=module.check_mode,
-    ))
+    )
+    if p["state"] == "audit":
+        result = audit_memoized(req, p["memo_file"], write=False)
+    else:
+        result = run(req)
     failed = result.pop("failed")
+    if p["state"] == "present" and p["memo_file"] and not failed and not module.check_mode:
+        # The same audit request the probe makes: the next rerun finds it.
+        audit_memoized(Request(
+            venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
+            backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
+        ), p["memo_file"], write=True)
     if not module._diff:
         # Whole-file texts are only worth shipping back when --diff asked for them.
         result.pop("diff", None)

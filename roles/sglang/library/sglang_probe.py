@@ -19,8 +19,8 @@ description:
     environment files with the sha256 of the controller's renderings, the running
     fingerprint with the one recorded after the last healthy start, and whether the
     service is active.
-  - Never changes anything; the only subprocess is one C(systemctl is-active), and only
-    with I(service_manage).
+  - Changes nothing on the host but, with I(memo_write), its audit memo; the only subprocess
+    is one C(systemctl is-active), and only with I(service_manage).
 options:
   venv:
     description: Virtualenv holding SGLang.
@@ -82,6 +82,19 @@ options:
     description: Whether the role manages the service; when false, files, fingerprint and service are not checked.
     type: bool
     default: true
+  memo_file:
+    description:
+      - JSON file holding the last audit and the sha256 of everything it read (the SGLang files,
+        RECORD, METADATA, the request, the engine's source, the interpreter). When every input
+        is byte-identical the audit is answered from it instead of parsing SGLang again.
+      - Without it the audit always runs in full.
+    type: path
+  memo_write:
+    description:
+      - Store a freshly computed audit in I(memo_file). The role sets it on converging runs only,
+        so audits and check mode write nothing.
+    type: bool
+    default: false
 """
 
 RETURN = r"""
@@ -91,7 +104,10 @@ release: {description: Installed SGLang version (null when none is installed), t
 decision: {description: patch, native or refuse (null without an install), type: str, returned: always}
 draft_layer_ids: {description: Ids the draft config must list for the installed release, type: list, returned: always}
 draft_layer_ids_found: {description: Ids the draft config lists now, type: raw, returned: always}
-eagle3: {description: The engine's audit result (as sglang_eagle3 state=audit returns it), type: dict, returned: always}
+eagle3:
+  description: The engine's audit result (as sglang_eagle3 state=audit returns it), with C(memo) hit, miss or off
+  type: dict
+  returned: always
 fingerprint: {description: "{current, recorded}: component hashes now and at the last healthy start", type: dict, returned: always}
 active: {description: Whether the service is active (null when not checked), type: bool, returned: always}
 restart_needed: {description: A converging run would restart the service, type: bool, returned: always}
@@ -121,8 +137,8 @@ from ansible.module_utils.sglang_eagle3 import (
     DEEPSEEK_FILE,
     DEFAULT_LAYER_IDS,
     Request,
+    audit_memoized,
     fingerprint_value,
-    run,
     validate_layer_ids,
 )
 from ansible.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
@@ -209,10 +225,10 @@ def probe(p):
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
                   fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False)
     reasons = result["reasons"]
-    audit = run(Request(
+    audit = audit_memoized(Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
-    ))
+    ), p["memo_file"], p["memo_write"])
     audit.pop("diff", None)
     result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
                   draft_layer_ids=audit["draft_layer_ids"])
@@ -256,6 +272,8 @@ def main():
             fingerprint_style=dict(type="str", choices=["role", "canonical"], default="role"),
             service=dict(type="str", default="sglang"),
             service_manage=dict(type="bool", default=True),
+            memo_file=dict(type="path"),
+            memo_write=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -29,6 +29,7 @@ import base64
 import functools
 import glob
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -988,6 +989,119 @@ def _present(req: Request, ids: List[int], inst: Installation,
     result.update(evidence=evidence, checks=checks, changed=bool(to_write), compliant=True,
                   sha256_after=sha256_hex(read_text(paths[DEEPSEEK_FILE])[0]))
     result["msg"] = ("patched: " + pending) if to_write else "already patched"
+
+
+# ------------------------------------------------------------ audit memo
+
+# An audit of the same bytes by the same engine with the same request gives the
+# same answer, so the probe of a compliant host need not parse ~10k lines of
+# SGLang again on every rerun. The memo is keyed on everything the audit reads
+# (audit_inputs lists it; tests/test_audit_memo.py proves the audit opens
+# nothing else) plus the engine's own source and the interpreter: change one
+# byte of any of them and the audit runs in full again.
+AUDIT_MEMO_VERSION = 1
+
+
+def _engine_source() -> Optional[bytes]:
+    """This module's source, also when it runs from Ansible's zipped payload."""
+    loader = globals().get("__loader__")
+    try:
+        source = loader.get_source(__name__) if loader is not None else None
+    except (ImportError, OSError):
+        source = None
+    return source.encode("utf-8") if source else None
+
+
+def audit_inputs(venv: str) -> List[str]:
+    """The paths an audit of ``venv`` reads, in order (the files may not exist)."""
+    candidates = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "sglang")))
+    paths = ["glob:" + "|".join(candidates)]
+    if len(candidates) != 1:
+        return paths
+    site = os.path.dirname(candidates[0])
+    infos = sorted(glob.glob(os.path.join(site, "sglang-*.dist-info")))
+    paths.append("glob:" + "|".join(infos))
+    if len(infos) == 1:
+        paths += [os.path.join(infos[0], "METADATA"), os.path.join(infos[0], "RECORD")]
+    paths += [os.path.join(site, rel) for rel in (DEEPSEEK_FILE,) + COMPANION_FILES]
+    return paths
+
+
+def audit_key(req: Request) -> Optional[str]:
+    """sha256 over the audit's inputs, or None when they cannot be pinned down."""
+    source = _engine_source()
+    if source is None:
+        return None
+    try:
+        ids = validate_layer_ids(req.layer_ids)
+    except ValueError:
+        return None
+    h = hashlib.sha256()
+    h.update(repr((AUDIT_MEMO_VERSION, sys.version, sha256_hex(source), os.path.abspath(req.venv), ids,
+                   sorted(req.patches.items()), req.pipeline_parallel_size, req.backup_dir)).encode("utf-8"))
+    for path in audit_inputs(req.venv):
+        if path.startswith("glob:"):
+            h.update(path.encode("utf-8"))
+            continue
+        try:
+            with open(path, "rb") as fh:
+                digest = sha256_hex(fh.read())
+        except FileNotFoundError:
+            digest = "missing"
+        except OSError:
+            return None  # unreadable: the full audit reports why
+        h.update(("%s=%s\n" % (path, digest)).encode("utf-8"))
+    return h.hexdigest()
+
+
+def _write_memo(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def audit_memoized(req: Request, memo_file: Optional[str], write: bool) -> Dict[str, Any]:
+    """``run(req)`` for state=audit, answered from ``memo_file`` when its key still holds.
+
+    The result carries ``memo``: ``hit``, ``miss`` (computed, and stored when
+    ``write``) or ``off`` (no memo file, or inputs that cannot be keyed). A memo
+    that cannot be read or written only costs the full audit.
+    """
+    if req.state != "audit":
+        raise ValueError("only audits are memoized")
+    key = audit_key(req) if memo_file else None
+    if key is None:
+        result = run(req)
+        result["memo"] = "off"
+        return result
+    try:
+        with open(memo_file, encoding="utf-8") as fh:
+            memo = json.load(fh)
+        if isinstance(memo, dict) and memo.get("key") == key and isinstance(memo.get("result"), dict):
+            result = memo["result"]
+            result["memo"] = "hit"
+            return result
+    except (OSError, ValueError):
+        pass
+    result = run(req)
+    # An error (unreadable file, broken install) is not a verdict on the bytes: never stored.
+    if write and not result["failed"]:
+        try:
+            # Key order kept: the role's fingerprint prints the companion dict as Python does.
+            _write_memo(memo_file, json.dumps({"key": key, "result": result}).encode("utf-8"))
+        except OSError:
+            pass
+    result["memo"] = "miss"
+    return result
 
 
 # ------------------------------------------------------------------ fingerprint

@@ -1,0 +1,161 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Ansible module: the live gate after a restart, in one remote call."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: sglang_gate
+short_description: Wait for an SGLang server to be healthy, then read its view and send live requests
+description:
+  - Polls C(/health_generate) every I(delay) seconds for at most I(wait) seconds. When the server
+    answers 200 it reads C(/get_server_info), sends I(prompts) through C(/generate) (greedy, short)
+    and reads C(/get_server_info) again, where the server reports the accept length it measured.
+  - One call does what four C(uri) tasks and a loop would, on the host, so polling and requests cost
+    no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
+    prints a line per I(wait) seconds instead of hanging silently.
+  - Returns I(ready=false) (not failed) while the server is not healthy yet; judging the answers
+    (release, speculative settings, accept length) is left to the role's assertions.
+  - Reads only; the generation requests are the live check itself.
+options:
+  url:
+    description: Base URL of the server, e.g. C(http://127.0.0.1:30000).
+    type: str
+    required: true
+  wait:
+    description: Seconds this call polls for health before it returns I(ready=false).
+    type: float
+    default: 60
+  delay:
+    description: Seconds between health polls.
+    type: float
+    default: 1
+  request_timeout:
+    description: Timeout of each health and server-info request (SGLang's own health check can take 20 s).
+    type: float
+    default: 30
+  generate_timeout:
+    description: Timeout of each generation request.
+    type: float
+    default: 120
+  prompts:
+    description: Texts sent through C(/generate) once healthy; none skips the live requests.
+    type: list
+    elements: str
+    default: []
+  max_new_tokens:
+    description: Tokens generated per prompt.
+    type: int
+    default: 64
+"""
+
+RETURN = r"""
+ready: {description: The server answered /health_generate with 200 within I(wait), type: bool, returned: always}
+status: {description: HTTP status of the last health poll (null when it could not connect), type: int, returned: always}
+polls: {description: Health polls made by this call, type: int, returned: always}
+last_error: {description: Why the last poll failed, type: str, returned: always}
+info: {description: /get_server_info before the live requests, type: dict, returned: when ready}
+live: {description: The /generate answers, one per prompt, type: list, returned: when ready}
+info_after: {description: /get_server_info after the live requests (accept length), type: dict, returned: when ready}
+"""
+
+EXAMPLES = r"""
+- name: Gate on health, then send live requests
+  sglang_gate:
+    url: http://127.0.0.1:30000
+    wait: 60
+    prompts: ["Write a haiku about speculative decoding."]
+  register: gate
+  until: gate.ready
+  retries: 30
+  delay: 0
+"""
+
+import json
+import time
+from urllib.error import HTTPError
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+
+def request(url, timeout, body=None):
+    """(status, parsed JSON or None, error text) for one GET or JSON POST."""
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    try:
+        resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
+                        timeout=timeout, validate_certs=True)
+        raw = resp.read()
+        status = resp.getcode()
+    except HTTPError as exc:
+        return exc.code, None, "HTTP %s from %s" % (exc.code, url)
+    except Exception as exc:  # noqa: BLE001 - connection refused, timeout, reset: keep polling
+        return None, None, "%s: %s" % (type(exc).__name__, exc)
+    try:
+        return status, json.loads(raw.decode("utf-8")) if raw.strip() else None, ""
+    except ValueError:
+        return status, None, "%s did not return JSON" % url
+
+
+def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep):
+    deadline = clock() + wait
+    polls, status, error = 0, None, ""
+    while True:
+        polls += 1
+        status, _, error = request(base + "/health_generate", timeout)
+        if status == 200:
+            return True, status, polls, ""
+        if clock() + delay > deadline:
+            return False, status, polls, error or "HTTP %s" % status
+        sleep(delay)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", required=True),
+            wait=dict(type="float", default=60),
+            delay=dict(type="float", default=1),
+            request_timeout=dict(type="float", default=30),
+            generate_timeout=dict(type="float", default=120),
+            prompts=dict(type="list", elements="str", default=[]),
+            max_new_tokens=dict(type="int", default=64),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    base = p["url"].rstrip("/")
+    ready, status, polls, error = wait_healthy(base, p["wait"], p["delay"], p["request_timeout"])
+    result = dict(changed=False, ready=ready, status=status, polls=polls, last_error=error)
+    if not ready:
+        # Not a failure: the caller's `until` tries again, and says this when it gives up.
+        result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (
+            base, polls, p["wait"], error)
+        module.exit_json(**result)
+    code, info, error = request(base + "/get_server_info", p["request_timeout"])
+    if code != 200 or not isinstance(info, dict):
+        module.fail_json(msg="healthy, but /get_server_info failed: %s" % (error or "HTTP %s" % code), **result)
+    result["info"] = info
+    live = []
+    for text in p["prompts"]:
+        code, answer, error = request(base + "/generate", p["generate_timeout"], body={
+            "text": text, "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0}})
+        if code != 200 or not isinstance(answer, dict):
+            module.fail_json(msg="live request %d of %d failed: %s" % (len(live) + 1, len(p["prompts"]),
+                                                                     error or "HTTP %s" % code), live=live, **result)
+        live.append(answer)
+    result["live"] = live
+    code, after, error = request(base + "/get_server_info", p["request_timeout"])
+    if code != 200 or not isinstance(after, dict):
+        module.fail_json(msg="/get_server_info after the live requests failed: %s" % (error or "HTTP %s" % code),
+                         live=live, **result)
+    result["info_after"] = after
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

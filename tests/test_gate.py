@@ -1,0 +1,106 @@
+"""roles/sglang/library/sglang_gate.py against the GPU-less test double, run as Ansible runs it.
+
+The gate is one remote call: health polled on the host, the server's view, the
+live generation requests and the accept length the server measured.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict
+
+from test_probe import LIBRARY, run_module
+from test_test_double import (  # noqa: F401 (fixtures)
+    companion_patch,
+    free_port,
+    make_models,
+    make_site,
+    patch_embedding_capture,
+    real_059,
+    run_double,
+    spec_flags,
+)
+
+GATE = LIBRARY / "sglang_gate.py"
+PROMPTS = ["Write a haiku about speculative decoding.", "List three prime numbers."]
+
+
+def remediated_double(tmp_path: Path, run_double: Any, real_059: Dict[str, str], **env: str):
+    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
+                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
+    target, draft = make_models(tmp_path, [-1, 2, 30])
+    return run_double(spec_flags(target, draft, 15, 1, 16), site, **env)
+
+
+def test_waits_for_health_then_reads_view_and_accept_length(tmp_path, run_double, real_059):
+    double = remediated_double(tmp_path, run_double, real_059, SGLANG_TEST_DOUBLE_STARTUP_DELAY="1.5")
+    start = time.monotonic()
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d/" % double.port, wait=30, delay=0.2,
+                                              prompts=PROMPTS, max_new_tokens=32))
+    assert rc == 0, res
+    assert res["ready"] is True and res["status"] == 200 and res["changed"] is False
+    # It polled through the 503s of the start-up, on the host, within one call.
+    assert res["polls"] > 2, res["polls"]
+    assert time.monotonic() - start >= 1.5
+    assert res["info"]["version"] == "0.5.9"
+    assert res["info"]["speculative_num_draft_tokens"] == 16
+    assert [a["meta_info"]["completion_tokens"] for a in res["live"]] == [32, 32]
+    accept = res["info_after"]["internal_states"][0]["avg_spec_accept_length"]
+    assert 3.2 <= accept <= 3.7, accept
+
+
+def test_not_ready_is_reported_not_failed(tmp_path, run_double, real_059):
+    """The role's `until` retries a not-ready answer; a server that never gets healthy ends there."""
+    double = remediated_double(tmp_path, run_double, real_059, SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")
+    double.wait_listening()
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % double.port, wait=1, delay=0.2,
+                                              prompts=PROMPTS))
+    assert rc == 0, res
+    assert res["ready"] is False and res["status"] == 503 and res["polls"] >= 3
+    assert "not healthy after" in res["msg"] and "info" not in res and "live" not in res
+
+
+def test_nothing_listening(tmp_path):
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % free_port(), wait=0.3, delay=0.1))
+    assert rc == 0, res
+    assert res["ready"] is False and res["status"] is None
+    assert "Connection refused" in res["last_error"] or "URLError" in res["last_error"], res["last_error"]
+
+
+class _HealthyButBroken(http.server.BaseHTTPRequestHandler):
+    """Healthy, with a server view, but every /generate answers 500."""
+
+    def _send(self, code: int, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._send(200, b'{"version": "0.5.9"}')
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self._send(500, b'{"error": "out of memory"}')
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_failing_live_request_fails_the_gate(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButBroken)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % server.server_address[1], wait=5,
+                                                  delay=0.1, prompts=PROMPTS))
+    finally:
+        server.shutdown()
+    assert rc == 1 and res["failed"], res
+    assert res["msg"] == "live request 1 of 2 failed: HTTP 500 from http://127.0.0.1:%d/generate" % (
+        server.server_address[1]), res["msg"]
+    assert res["ready"] is True and res["info"] == {"version": "0.5.9"} and res["live"] == []
