@@ -74,6 +74,7 @@ def test_a_hit_is_the_full_result(make_venv, patches, tmp_path):
     first = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
     second = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
     assert (first.pop("memo"), second.pop("memo")) == ("miss", "hit")
+    assert first.pop("memo_key") == E.audit_key(audit_request(venv, patches))
     assert first == full == second
     assert full["compliant"] is True
     assert oct(memo.stat().st_mode & 0o777) == "0o644"
@@ -122,6 +123,7 @@ def test_any_changed_input_runs_the_full_audit(make_venv, patches, tmp_path, mon
     req = audit_request(venv, over.pop("patches", patches), **over)
     again = E.audit_memoized(req, memo, write=False)
     assert again.pop("memo") == "miss"
+    again.pop("memo_key", None)
     assert again == E.run(req)
     if change in ("deepseek_v2.py", "companion", "RECORD", "patches", "pp size"):
         assert again["compliant"] is False
@@ -204,8 +206,35 @@ def test_the_probe_writes_only_when_told(host, tmp_path):
     for res in (first, second):
         res["eagle3"].pop("memo")
     assert first == second
-    # A hand edit after the memo was written: the probe sees drift, not the old verdict.
+    # A hand edit after the memo was written: the probe sees drift, not the old verdict,
+    # and a host the run goes on to change (or refuse) leaves the memo as it was.
+    stored = memo.read_bytes()
     change_a_byte(h.venv, E.DEEPSEEK_FILE)
     third = h.probe(memo_file=str(memo), memo_write=True)
     assert third["eagle3"]["memo"] == "miss" and not third["compliant"]
     assert any("drift" in r for r in third["reasons"]), third["reasons"]
+    assert "memo_key" not in third["eagle3"]
+    assert memo.read_bytes() == stored
+
+
+def test_a_noncompliant_probe_writes_nothing(host, tmp_path):
+    """Draft ids wrong: the audit of the files is fine, but the host is not compliant."""
+    h = host("0.5.9")
+    memo = tmp_path / "audit-memo.json"
+    config = json.loads(h.draft.read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2, 30]
+    h.draft.write_text(json.dumps(config))
+    res = h.probe(memo_file=str(memo), memo_write=True)
+    assert not res["compliant"] and res["eagle3"]["compliant"] and res["eagle3"]["memo"] == "miss"
+    assert not memo.exists()
+
+
+def test_store_needs_an_unchanged_miss(make_venv, patches, tmp_path):
+    venv = patched(make_venv, patches)
+    memo = tmp_path / "audit-memo.json"
+    hit_or_off = E.audit_memoized(audit_request(venv, patches), None, write=False)
+    assert hit_or_off["memo"] == "off" and not E.store_audit_memo(str(memo), hit_or_off)
+    miss = E.audit_memoized(audit_request(venv, patches), str(memo), write=False)
+    assert E.store_audit_memo(str(memo), miss) and memo.exists()
+    stored = json.loads(memo.read_text())
+    assert stored["key"] == miss["memo_key"] and "memo" not in stored["result"]

@@ -110,6 +110,7 @@ def main():
     )
     if p["state"] == "audit":
         result = audit_memoized(req, p["memo_file"], write=False)
+        result.pop("memo_key", None)
     else:
         result = run(req)
     failed = result.pop("failed")

@@ -91,8 +91,9 @@ options:
     type: path
   memo_write:
     description:
-      - Store a freshly computed audit in I(memo_file). The role sets it on converging runs only,
-        so audits and check mode write nothing.
+      - Store a freshly computed audit in I(memo_file) when the host is compliant (the run ends
+        there). The role sets it on converging runs only, so audits and check mode write nothing;
+        a host that is then changed or refused leaves the memo as it was.
     type: bool
     default: false
 """
@@ -139,6 +140,7 @@ from ansible.module_utils.sglang_eagle3 import (
     Request,
     audit_memoized,
     fingerprint_value,
+    store_audit_memo,
     validate_layer_ids,
 )
 from ansible.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
@@ -228,7 +230,7 @@ def probe(p):
     audit = audit_memoized(Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
-    ), p["memo_file"], p["memo_write"])
+    ), p["memo_file"], write=False)
     audit.pop("diff", None)
     result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
                   draft_layer_ids=audit["draft_layer_ids"])
@@ -253,6 +255,11 @@ def probe(p):
         # Every finding changes a fingerprint component (or starts the service).
         result["restart_needed"] = bool(reasons)
     result["compliant"] = not reasons
+    # Only a verdict the run ends on is stored: a host that goes on to be changed or
+    # refused leaves the memo as it was (the patching module stores its own).
+    if p["memo_write"] and result["compliant"] and p["memo_file"]:
+        store_audit_memo(p["memo_file"], audit)
+    audit.pop("memo_key", None)
     return result
 
 

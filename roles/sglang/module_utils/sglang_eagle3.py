@@ -1073,8 +1073,10 @@ def audit_memoized(req: Request, memo_file: Optional[str], write: bool) -> Dict[
     """``run(req)`` for state=audit, answered from ``memo_file`` when its key still holds.
 
     The result carries ``memo``: ``hit``, ``miss`` (computed, and stored when
-    ``write``) or ``off`` (no memo file, or inputs that cannot be keyed). A memo
-    that cannot be read or written only costs the full audit.
+    ``write``) or ``off`` (no memo file, or inputs that cannot be keyed). After a
+    miss it also carries ``memo_key`` for ``store_audit_memo``, unless an input
+    changed while the audit ran. A memo that cannot be read or written only costs
+    the full audit.
     """
     if req.state != "audit":
         raise ValueError("only audits are memoized")
@@ -1093,15 +1095,28 @@ def audit_memoized(req: Request, memo_file: Optional[str], write: bool) -> Dict[
     except (OSError, ValueError):
         pass
     result = run(req)
-    # An error (unreadable file, broken install) is not a verdict on the bytes: never stored.
-    if write and not result["failed"]:
-        try:
-            # Key order kept: the role's fingerprint prints the companion dict as Python does.
-            _write_memo(memo_file, json.dumps({"key": key, "result": result}).encode("utf-8"))
-        except OSError:
-            pass
     result["memo"] = "miss"
+    # An error (unreadable file, broken install) is not a verdict on the bytes, and
+    # bytes that changed during the audit have no single verdict: neither is stored.
+    if not result["failed"] and audit_key(req) == key:
+        result["memo_key"] = key
+        if write:
+            store_audit_memo(memo_file, result)
     return result
+
+
+def store_audit_memo(memo_file: str, result: Dict[str, Any]) -> bool:
+    """Store a missed audit (with its ``memo_key``) in ``memo_file``; False when it cannot."""
+    key = result.get("memo_key")
+    if not key or result.get("memo") != "miss":
+        return False
+    stored = {k: v for k, v in result.items() if k not in ("memo", "memo_key")}
+    try:
+        # Key order kept: the role's fingerprint prints the companion dict as Python does.
+        _write_memo(memo_file, json.dumps({"key": key, "result": stored}).encode("utf-8"))
+    except OSError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------ fingerprint
