@@ -14,8 +14,42 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 ROLE = REPO / "roles" / "sglang"
 TEMPLATES = ROLE / "templates" / "patches"
-MODULE_UTILS = ROLE / "module_utils" / "sglang_eagle3.py"
-LIBRARY = ROLE / "library" / "sglang_eagle3.py"
+# The checkout is the collection fleetops.sglang (scripts/bootstrap links it into
+# collections/); modules import their module_utils by the collection's name.
+MODULES = REPO / "plugins" / "modules"
+MODULE_UTILS_DIR = REPO / "plugins" / "module_utils"
+MODULE_UTILS = MODULE_UTILS_DIR / "sglang_eagle3.py"
+LIBRARY = MODULES / "sglang_eagle3.py"
+COLLECTION = "fleetops.sglang"
+
+
+def _collections_path() -> Path:
+    """A collections path on which ansible_collections.fleetops.sglang is this checkout."""
+    for base in (REPO / "collections", REPO / ".cache" / "test-collections"):
+        link = base / "ansible_collections" / "fleetops" / "sglang"
+        if link.resolve() == REPO:
+            return base
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(REPO, target_is_directory=True)
+    return base
+
+
+COLLECTIONS_PATH = _collections_path()
+if str(COLLECTIONS_PATH) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS_PATH))
+
+# Run a module file as __main__ the way AnsiballZ does on a host: its
+# ansible_collections.fleetops.sglang.plugins.module_utils imports resolve from
+# the collections path given as argv[1].
+LAUNCHER = """
+import runpy, sys
+sys.path.insert(0, sys.argv[1])
+module = sys.argv[2]
+sys.argv = [module, sys.argv[3]]
+runpy.run_path(module, run_name="__main__")
+"""
 MARKER = "sglang-remediation eagle3-embed v1"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -1,4 +1,4 @@
-"""callback_plugins/sglang_bench.py counts what ran on the host: loop items and `until` attempts too."""
+"""plugins/callback/sglang_bench.py counts what ran on the host: loop items and `until` attempts too."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import COLLECTIONS_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
@@ -45,8 +47,8 @@ def test_counts_items_and_attempts(tmp_path):
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
     out = tmp_path / "counts.json"
-    env = dict(os.environ, SGLANG_BENCH_OUT=str(out), ANSIBLE_CALLBACK_PLUGINS=str(REPO / "callback_plugins"),
-               ANSIBLE_CALLBACKS_ENABLED="sglang_bench", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+    env = dict(os.environ, SGLANG_BENCH_OUT=str(out), ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH),
+               ANSIBLE_CALLBACKS_ENABLED="fleetops.sglang.sglang_bench", ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
                ANSIBLE_HOME=str(tmp_path / "home"), ANSIBLE_PYTHON_INTERPRETER=sys.executable)
     proc = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", "localhost,", "-c", "local", str(play),
                            "-e", "counter=%s" % (tmp_path / "n")], cwd=tmp_path, env=env,

@@ -1,4 +1,4 @@
-"""roles/sglang/library/sglang_draft_config.py, run as Ansible runs it: a separate
+"""plugins/modules/sglang_draft_config.py, run as Ansible runs it: a separate
 process reading its args, on a copy of a real-shaped draft model directory."""
 
 from __future__ import annotations
@@ -16,27 +16,16 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ROLE = os.path.join(ROOT, "roles", "sglang")
-MODULE = os.path.join(ROLE, "library", "sglang_draft_config.py")
-MODULE_UTILS = os.path.join(ROLE, "module_utils")
+MODULE = os.path.join(ROOT, "plugins", "modules", "sglang_draft_config.py")
 FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
 TARGET = os.path.join(FIXTURES, "deepseek-v3")
 sys.path.insert(0, HERE)
 
+from conftest import COLLECTIONS_PATH, LAUNCHER  # noqa: E402
 from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 
-# Make the role's module_utils importable as ansible.module_utils.<name>, as
-# AnsiballZ does on a host, then run the module file as __main__.
-LAUNCHER = """
-import runpy, sys
-import ansible.module_utils
-ansible.module_utils.__path__.append(sys.argv[1])
-module = sys.argv[2]
-sys.argv = [module, sys.argv[3]]
-runpy.run_path(module, run_name="__main__")
-"""
 
 
 @pytest.fixture
@@ -56,7 +45,7 @@ def run(tmp_path, check_mode=False, diff=False, **args):
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps(payload))
     proc = subprocess.run(
-        [sys.executable, "-c", LAUNCHER, MODULE_UTILS, MODULE, str(args_file)],
+        [sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), MODULE, str(args_file)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -247,8 +236,7 @@ def test_through_ansible_adhoc(tmp_path, draft):
     """End to end: AnsiballZ must ship the role's module_utils with the module."""
     env = dict(
         os.environ,
-        ANSIBLE_LIBRARY=os.path.join(ROLE, "library"),
-        ANSIBLE_MODULE_UTILS=MODULE_UTILS,
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",  # "localhost | CHANGED => {json}"
         ANSIBLE_NOCOLOR="1",
@@ -266,7 +254,7 @@ def test_through_ansible_adhoc(tmp_path, draft):
         }
     )
     proc = subprocess.run(
-        [ANSIBLE, "localhost", "-c", "local", "-i", "localhost,", "-m", "sglang_draft_config", "-a", args],
+        [ANSIBLE, "localhost", "-c", "local", "-i", "localhost,", "-m", "fleetops.sglang.sglang_draft_config", "-a", args],
         capture_output=True,
         text=True,
         env=env,
@@ -287,9 +275,6 @@ def module_code(monkeypatch):
     """The module imported in-process, to exercise its host-touching helpers."""
     import importlib.util
 
-    import ansible.module_utils
-
-    monkeypatch.setattr(ansible.module_utils, "__path__", list(ansible.module_utils.__path__) + [MODULE_UTILS])
     spec = importlib.util.spec_from_file_location("sglang_draft_config_under_test", MODULE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

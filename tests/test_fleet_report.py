@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("sglang_report", ROOT / "callback_plugins" / "sglang_report.py")
+    spec = importlib.util.spec_from_file_location("sglang_report", ROOT / "plugins" / "callback" / "sglang_report.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""roles/sglang/library/sglang_gate.py against the GPU-less test double, run as Ansible runs it.
+"""plugins/modules/sglang_gate.py against the GPU-less test double, run as Ansible runs it.
 
 The gate is one remote call: health polled on the host, the server's view, the
 live generation requests and the accept length the server measured.

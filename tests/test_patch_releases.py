@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIBRARY, MODULE_UTILS, E, render_templates
+from conftest import COLLECTIONS_PATH, LAUNCHER, LIBRARY, MODULE_UTILS, TEMPLATES, E, render_templates
 import sglang_wheels
 
 DS = E.DEEPSEEK_FILE
@@ -294,22 +294,11 @@ def test_templates_render_without_undefined_variables():
 # ----------------------------------------------------------------- the module
 
 
-BOOTSTRAP = """
-import importlib.util, runpy, sys
-spec = importlib.util.spec_from_file_location("ansible.module_utils.sglang_eagle3", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = mod
-spec.loader.exec_module(mod)
-sys.argv = [sys.argv[2], sys.argv[3]]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 def run_module(args, tmp_path):
     pytest.importorskip("ansible")
     argfile = tmp_path / "args.json"
     argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, str(MODULE_UTILS), str(LIBRARY), str(argfile)],
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(LIBRARY), str(argfile)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     return json.loads(proc.stdout)
 
@@ -382,7 +371,7 @@ PLAYBOOK = """
       companion_cg_attr: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_attr.yml.j2') }}"
   tasks:
     - name: Apply the embedding-capture patch
-      sglang_eagle3:
+      fleetops.sglang.sglang_eagle3:
         venv: "%(venv)s"
         backup_dir: "%(backup)s"
         patches: "{{ rendered }}"
@@ -402,9 +391,9 @@ def test_through_ansible_playbook(make_venv, patches, tmp_path):
     venv = make_venv("0.5.9")
     out = tmp_path / "out.json"
     (tmp_path / "pb.yml").write_text(PLAYBOOK % {
-        "templates": str(LIBRARY.parents[1] / "templates" / "patches"), "venv": venv,
+        "templates": str(TEMPLATES), "venv": venv,
         "backup": tmp_path / "bk", "out": out})
-    env = dict(os.environ, ANSIBLE_LIBRARY=str(LIBRARY.parent), ANSIBLE_MODULE_UTILS=str(MODULE_UTILS.parent),
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH),
                ANSIBLE_NOCOLOR="1")
     proc = subprocess.run([str(playbook), "-i", "localhost,", "-c", "local", "-e",
                            "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "pb.yml")],

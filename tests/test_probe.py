@@ -1,4 +1,4 @@
-"""roles/sglang/library/sglang_probe.py on real release files, run as Ansible runs it.
+"""plugins/modules/sglang_probe.py on real release files, run as Ansible runs it.
 
 Each test lays out one host: a fake venv from a real wheel (patched with the engine
 where the scenario needs it), a draft config, a unit and an environment file, and the
@@ -21,26 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROLE, E
+from conftest import COLLECTIONS_PATH, LAUNCHER, MODULE_UTILS_DIR, MODULES, REPO, ROLE, E
 
-LIBRARY = ROLE / "library"
+LIBRARY = MODULES
 MODULE = LIBRARY / "sglang_probe.py"
 FINGERPRINT = LIBRARY / "sglang_fingerprint.py"
-MODULE_UTILS = ROLE / "module_utils"
-REPO = ROLE.parent.parent
+MODULE_UTILS = MODULE_UTILS_DIR
 DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
 ANSIBLE = REPO / ".venv" / "bin" / "ansible"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 USER_IDS = [-1, 2, 30]
 
-LAUNCHER = """
-import runpy, sys
-import ansible.module_utils
-ansible.module_utils.__path__.append(sys.argv[1])
-module = sys.argv[2]
-sys.argv = [module, sys.argv[3]]
-runpy.run_path(module, run_name="__main__")
-"""
 
 
 def sha(path) -> str:
@@ -63,7 +54,7 @@ def run_module(module: Path, tmp: Path, args: dict, active: bool = True, check_m
     args_file = tmp / ("args-%s.json" % module.stem)
     args_file.write_text(json.dumps(payload))
     env = dict(os.environ, PATH=fake_systemctl(tmp, active))
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(MODULE_UTILS), str(module), str(args_file)],
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(module), str(args_file)],
                           capture_output=True, text=True, timeout=120, env=env)
     try:
         return proc.returncode, json.loads(proc.stdout)
@@ -293,7 +284,7 @@ def test_one_call_cost(host):
     times, cpu = [], []
     for _ in range(5):
         start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(MODULE_UTILS), str(MODULE), str(args_file)],
+        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(MODULE), str(args_file)],
                               capture_output=True, text=True, env=env, check=True)
         times.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -312,8 +303,7 @@ def ansible_env(tmp: Path) -> dict:
     return dict(
         os.environ,
         PATH=fake_systemctl(tmp, True),
-        ANSIBLE_LIBRARY=str(LIBRARY),
-        ANSIBLE_MODULE_UTILS=str(MODULE_UTILS),
+        ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
         ANSIBLE_NOCOLOR="1",
@@ -331,8 +321,8 @@ def test_through_ansible_adhoc(host):
     work.mkdir()
     start = time.perf_counter()
     proc = subprocess.run(
-        [str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,", "-m", "sglang_probe",
-         "-M", str(LIBRARY), "-a", json.dumps(h.args())],
+        [str(ANSIBLE), "localhost", "-c", "local", "-i", "localhost,", "-m", "fleetops.sglang.sglang_probe",
+         "-a", json.dumps(h.args())],
         capture_output=True, text=True, env=ansible_env(h.tmp),
         cwd=str(work),  # no project ansible.cfg: its callbacks would print around the JSON
         timeout=180,
@@ -360,7 +350,7 @@ PLAYBOOK = """
     _sglang_env_path: {env}
   tasks:
     - name: Patch as the role does
-      sglang_eagle3:
+      fleetops.sglang.sglang_eagle3:
         venv: {venv}
         layer_ids: [-1, 2, 30]
         patches: "{{{{ patches }}}}"
@@ -368,14 +358,14 @@ PLAYBOOK = """
       register: _sglang_fix
 
     - name: Record as the role does after the gates, with the role's own sglang component
-      sglang_fingerprint:
+      fleetops.sglang.sglang_fingerprint:
         components: "{{{{ _sglang_fp_components }}}}"
         state_file: "{{{{ _sglang_fingerprint_file }}}}"
         service: sglang
         state: record
 
     - name: Probe, computing the sglang component itself
-      sglang_probe:
+      fleetops.sglang.sglang_probe:
         venv: {venv}
         expected_version: "0.5.9"
         layer_ids: [-1, 2, 30]

@@ -1,4 +1,4 @@
-"""Behaviour of roles/sglang/module_utils/sglang_speculative.py on real-shaped inputs."""
+"""Behaviour of plugins/module_utils/sglang_speculative.py on real-shaped inputs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODULE_UTILS = os.path.join(ROOT, "roles", "sglang", "module_utils")
+MODULE_UTILS = os.path.join(ROOT, "plugins", "module_utils")
 FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
 sys.path.insert(0, MODULE_UTILS)
 sys.path.insert(0, HERE)

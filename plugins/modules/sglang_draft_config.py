@@ -116,7 +116,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_speculative import (
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
     expected_id_count_from_draft,
     get_layer_ids,
     ignored_layer_keys,

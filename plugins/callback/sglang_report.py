@@ -318,7 +318,8 @@ class CallbackModule(CallbackBase):
         self._setup_dirs()
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
-        roles = {r.get_name() for r in play.get_roles()}
+        # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
+        roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
         flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
         self.in_fleet_play = "sglang" in roles or flagged
         if not self.in_fleet_play:

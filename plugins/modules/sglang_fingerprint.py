@@ -51,7 +51,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
 
 
 def write_atomic(path: str, data: dict) -> None:

@@ -1,30 +1,19 @@
 """Controller-side filters that reuse the role's own validation code.
 
-The rules live once, in module_utils/sglang_speculative.py, where they are unit
+The rules live once, in plugins/module_utils/sglang_speculative.py, where they are unit
 tested; preflight asserts call them through these filters so that a bad value is
 refused on the controller, before any host is touched.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Any
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "module_utils", "sglang_speculative.py")
-
-
-def _logic() -> Any:
-    spec = importlib.util.spec_from_file_location("sglang_role_speculative", _PATH)
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
     """Errors in the user's wiring that do not need the host (types, order, -1 first)."""
-    return _logic().validate_layer_ids(ids, var=var)
+    return _rules.validate_layer_ids(ids, var=var)
 
 
 def _as_int(value: Any) -> Any:
@@ -36,13 +25,13 @@ def _as_int(value: Any) -> Any:
 
 def speculative_errors(steps: Any, topk: Any, draft_tokens: Any) -> list[str]:
     """Combinations SGLang would silently rewrite or cannot serve."""
-    return _logic().validate_speculative(_as_int(steps), _as_int(topk), _as_int(draft_tokens))
+    return _rules.validate_speculative(_as_int(steps), _as_int(topk), _as_int(draft_tokens))
 
 
 def server_args(_: Any = None, **kwargs: Any) -> list[str]:
     """The launch flags, one list item per argument, in a stable order."""
     ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port")
-    return _logic().render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
+    return _rules.render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
 
 
 def flag_lines(args: list[str]) -> list[list[str]]:
@@ -59,8 +48,8 @@ def flag_lines(args: list[str]) -> list[list[str]]:
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
-            "sglang_layer_id_errors": layer_id_errors,
-            "sglang_speculative_errors": speculative_errors,
-            "sglang_server_args": server_args,
-            "sglang_flag_lines": flag_lines,
+            "layer_id_errors": layer_id_errors,
+            "speculative_errors": speculative_errors,
+            "server_args": server_args,
+            "flag_lines": flag_lines,
         }

@@ -84,7 +84,7 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_eagle3 import DEFAULT_LAYER_IDS, Request, audit_memoized, run
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import DEFAULT_LAYER_IDS, Request, audit_memoized, run
 
 
 def main():

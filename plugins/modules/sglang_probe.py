@@ -14,33 +14,50 @@ description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
   - Compares the installed release with the pinned one, audits C(deepseek_v2.py) and its
-    companions with the patch engine (C(sglang_eagle3) in audit mode), the draft config's
+    companions with the patch engine (M(fleetops.sglang.sglang_eagle3) with C(state=audit)), the draft config's
     C(eagle_aux_hidden_state_layer_ids) with the ids the release needs, the unit and
     environment files with the sha256 of the controller's renderings, the running
     fingerprint with the one recorded after the last healthy start, and whether the
     service is active.
-  - Changes nothing on the host but, with I(memo_write), its audit memo; the only subprocess
-    is one C(systemctl is-active), and only with I(service_manage).
+  - Changes nothing on the host but, with O(memo_write), its audit memo; the only subprocess
+    is one C(systemctl is-active), and only with O(service_manage).
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: partial
+    details:
+      - The probe only reads, and always reports C(changed=false).
+      - With O(memo_write=true) it stores the audit memo in O(memo_file) in check mode too; the role
+        passes O(memo_write=false) in check mode and in audits.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang.
     type: path
     required: true
   expected_version:
-    description: The pinned SGLang release (C(sglang_version)).
+    description: The pinned SGLang release (C(sglang_version)), for example V(0.5.9).
     type: str
     required: true
   layer_ids:
-    description: The user's layer ids (C(sglang_eagle3_layer_ids)); -1 is the embedding output.
+    description:
+      - The user's layer ids (C(sglang_eagle3_layer_ids)); V(-1) is the embedding output.
+      - Taken as given (C(elements=raw)) so that the engine, not Ansible's type coercion, refuses strings and booleans.
     type: list
     elements: raw
     default: [-1, 2, 30]
   patches:
-    description: Rendered patch templates, as passed to C(sglang_eagle3).
+    description: Rendered patch templates, as passed to M(fleetops.sglang.sglang_eagle3).
     type: dict
     default: {}
   pipeline_parallel_size:
-    description: The server's pipeline parallel size.
+    description: The server's pipeline parallel size; above V(1) the audit reports C(decision=refuse).
     type: int
     default: 1
   backup_dir:
@@ -54,23 +71,26 @@ options:
   files:
     description:
       - Name to C({path, sha256}) of files rendered on the controller (unit, environment file).
-        Only the hash is passed, never the content. Checked only with I(service_manage).
+        Only the hash is passed, never the content.
+      - Checked only with O(service_manage=true).
     type: dict
     default: {}
   fingerprint_file:
-    description: The JSON C(sglang_fingerprint) records after the last healthy start.
+    description:
+      - The JSON file M(fleetops.sglang.sglang_fingerprint) records after the last healthy start.
+      - Without it no healthy start counts as recorded, so a restart is reported as needed.
     type: path
   fingerprint_components:
     description:
-      - Same dict the role passes to C(sglang_fingerprint) (name to path or C(value:<text>)).
+      - Same dict the role passes to M(fleetops.sglang.sglang_fingerprint) (name to path or C(value:<text>)).
       - The C(sglang) component is computed here from the audit unless given as C(value:<text>);
-        pass it as C(auto) or leave it out.
+        pass it as V(auto) or leave it out.
     type: dict
     default: {}
   fingerprint_style:
     description:
-      - How the C(sglang) component is computed. C(role) matches what vars/main.yml renders
-        today; C(canonical) is the template-independent form (see module_utils).
+      - How the C(sglang) component is computed. V(role) matches what the role's C(vars/main.yml) renders
+        today; V(canonical) is the template-independent form (see C(plugins/module_utils/sglang_eagle3.py)).
     type: str
     choices: [role, canonical]
     default: role
@@ -79,7 +99,7 @@ options:
     type: str
     default: sglang
   service_manage:
-    description: Whether the role manages the service; when false, files, fingerprint and service are not checked.
+    description: Whether the role manages the service; when V(false), files, fingerprint and service are not checked.
     type: bool
     default: true
   memo_file:
@@ -91,42 +111,194 @@ options:
     type: path
   memo_write:
     description:
-      - Store a freshly computed audit in I(memo_file) when the host is compliant (the run ends
+      - Store a freshly computed audit in O(memo_file) when the host is compliant (the run ends
         there). The role sets it on converging runs only, so audits and check mode write nothing;
         a host that is then changed or refused leaves the memo as it was.
+      - The module itself does not look at check mode for this; see the C(check_mode) attribute.
     type: bool
     default: false
+notes:
+  - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
+    fails only on invalid O(layer_ids).
+seealso:
+  - module: fleetops.sglang.sglang_eagle3
+  - module: fleetops.sglang.sglang_fingerprint
+  - module: fleetops.sglang.sglang_draft_config
 """
 
 RETURN = r"""
-compliant: {description: Nothing to do on this host, type: bool, returned: always}
-reasons: {description: Why it is not compliant, one human-readable line each, type: list, returned: always}
-release: {description: Installed SGLang version (null when none is installed), type: str, returned: always}
-decision: {description: patch, native or refuse (null without an install), type: str, returned: always}
-draft_layer_ids: {description: Ids the draft config must list for the installed release, type: list, returned: always}
-draft_layer_ids_found: {description: Ids the draft config lists now, type: raw, returned: always}
+compliant:
+  description: Nothing to do on this host (RV(reasons) is empty).
+  type: bool
+  returned: always
+  sample: false
+reasons:
+  description: Why the host is not compliant, one human-readable line each; empty when it is.
+  type: list
+  elements: str
+  returned: always
+  sample:
+    - "deepseek_v2.py pristine: patch needed (not patched: sglang/srt/models/deepseek_v2.py)"
+    - "fingerprint differs (sglang): restart needed"
+release:
+  description: Installed SGLang version, from the dist-info METADATA; V(null) when none is installed.
+  type: str
+  returned: always
+  sample: "0.5.9"
+decision:
+  description: What the engine decides for the installed release; V(null) without an install or when the audit itself failed.
+  type: str
+  returned: always
+  choices: [patch, native, refuse]
+  sample: patch
+draft_layer_ids:
+  description:
+    - Ids the draft config's C(eagle_aux_hidden_state_layer_ids) must list for the installed release
+      (the user's ids for C(patch), translated ids for C(native)); V(null) on C(refuse) or without an install.
+  type: list
+  elements: int
+  returned: always
+  sample: [-1, 2, 30]
+draft_layer_ids_found:
+  description:
+    - Ids the draft config lists now, as SGLang reads them (any JSON value, or V(null) when the key is absent).
+    - V(null) too when the draft config was not read, because the installed release is not the pinned one.
+  type: raw
+  returned: always
+  sample: [1, 29, 57]
 eagle3:
-  description: The engine's audit result (as sglang_eagle3 state=audit returns it), with C(memo) hit, miss or off
+  description:
+    - The engine's audit, as M(fleetops.sglang.sglang_eagle3) with C(state=audit) returns it (see its return values),
+      without C(diff), plus C(memo).
   type: dict
   returned: always
-fingerprint: {description: "{current, recorded}: component hashes now and at the last healthy start", type: dict, returned: always}
-active: {description: Whether the service is active (null when not checked), type: bool, returned: always}
-restart_needed: {description: A converging run would restart the service, type: bool, returned: always}
+  sample:
+    release: "0.5.9"
+    family: body_a_loop
+    decision: patch
+    file_state_before: ours
+    sha256_before: ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb
+    sha256_after: ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb
+    record_sha256: 3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d
+    companion:
+      needed: true
+      template: companion_cg_attr
+      files: [sglang/srt/model_executor/cuda_graph_runner.py]
+    draft_layer_ids: [-1, 2, 30]
+    evidence:
+      - path: sglang/srt/models/deepseek_v2.py
+        line: 2634
+        text: self.model.capture_embedding_for_eagle3 = -1 in layer_ids
+        what: set_flag
+    checks: {compiled: true, semantic: true}
+    shape:
+      body: A
+      forward: L
+      default_id_calls: ["sglang/srt/model_executor/cuda_graph_runner.py:CudaGraphRunner.capture"]
+    compliant: true
+    changed: false
+    failed: false
+    msg: compliant
+    memo: hit
+  contains:
+    memo:
+      description: How the audit was answered; V(hit) from O(memo_file), V(miss) computed (O(memo_file) given), V(off) computed without a memo.
+      type: str
+      choices: [hit, miss, "off"]
+      sample: hit
+    compliant:
+      description: The SGLang files are as the role would leave them.
+      type: bool
+      sample: true
+    failed:
+      description: The audit itself could not run (no install, unreadable file, invalid patch template); see C(msg).
+      type: bool
+      sample: false
+    msg:
+      description: The engine's verdict in one line.
+      type: str
+      sample: compliant
+    family:
+      description: Patch template, or C(native_<forward>), chosen from the code's shape.
+      type: str
+      sample: body_a_loop
+    file_state_before:
+      description: V(pristine), V(ours) or V(drift) for C(deepseek_v2.py).
+      type: str
+      sample: ours
+    sha256_after:
+      description: sha256 of C(deepseek_v2.py) as the role would leave it.
+      type: str
+      sample: ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb
+fingerprint:
+  description:
+    - Component hashes now and at the last healthy start; both empty when O(service_manage=false).
+  type: dict
+  returned: always
+  sample:
+    current:
+      sglang: 2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6
+      draft_config: 18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4
+    recorded:
+      sglang: 3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea
+      draft_config: 18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4
+  contains:
+    current:
+      description: Component name to sha256 now (C(missing) for an absent file).
+      type: dict
+      sample: {sglang: 2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6}
+    recorded:
+      description: Component name to sha256 recorded after the last healthy start; empty when none was recorded.
+      type: dict
+      sample: {sglang: 3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea}
+active:
+  description: Whether the service is active (C(systemctl is-active)); V(null) when O(service_manage=false).
+  type: bool
+  returned: always
+  sample: true
+restart_needed:
+  description: A converging run would restart the service; always V(false) when O(service_manage=false).
+  type: bool
+  returned: always
+  sample: true
 """
 
 EXAMPLES = r"""
 - name: Probe the host
-  sglang_probe:
+  fleetops.sglang.sglang_probe:
     venv: /opt/sglang/venv
     expected_version: "0.5.9"
     layer_ids: [-1, 2, 30]
     patches: "{{ rendered_patches }}"
     draft_config: /models/DeepSeek-V3-EAGLE3/config.json
     files:
-      unit: {path: /etc/systemd/system/sglang.service, sha256: "{{ unit_text | hash('sha256') }}"}
+      unit:
+        path: /etc/systemd/system/sglang.service
+        sha256: "{{ lookup('ansible.builtin.template', 'sglang.service.j2') | hash('sha256') }}"
     fingerprint_file: /var/lib/sglang-remediation/running.json
-    fingerprint_components: {draft_config: /models/DeepSeek-V3-EAGLE3/config.json}
+    fingerprint_components:
+      draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+      unit: /etc/systemd/system/sglang.service
     service: sglang
+    memo_file: /var/lib/sglang-remediation/audit-memo.json
+    memo_write: "{{ not ansible_check_mode }}"
+  register: probe
+
+- name: End the play for a compliant host
+  ansible.builtin.meta: end_host
+  when: probe.compliant
+
+- name: Say why the host needs remediation
+  ansible.builtin.debug:
+    msg: "{{ probe.reasons | join('; ') }}"
+
+- name: Only audit the SGLang files (the service is not managed here)
+  fleetops.sglang.sglang_probe:
+    venv: /opt/sglang/venv
+    expected_version: "0.5.14"
+    draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+    patches: "{{ rendered_patches }}"
+    service_manage: false
   register: probe
 """
 
@@ -134,7 +306,7 @@ import hashlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_eagle3 import (
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import (
     DEEPSEEK_FILE,
     DEFAULT_LAYER_IDS,
     Request,
@@ -143,8 +315,8 @@ from ansible.module_utils.sglang_eagle3 import (
     store_audit_memo,
     validate_layer_ids,
 )
-from ansible.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
-from ansible.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 
