@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Count, per host, the tasks that executed a module on the host (for bench/run.py).
 
 Silent unless SGLANG_BENCH_OUT names a file: then it writes {host: {remote, local,
@@ -9,20 +11,31 @@ executed a module on the host, once per loop item and once per `until` attempt.
 """
 from __future__ import annotations
 
+DOCUMENTATION = r"""
+name: sglang_bench
+type: aggregate
+short_description: Count remote module executions per host for the benchmark
+version_added: "1.0.0"
+description:
+  - Counts, per host, the task executions that ran a module on the host (C(remote)), those whose action
+    runs only on the controller (C(local), also C(delegate_to=localhost)), the tasks that changed something,
+    and how M(fleetops.sglang.sglang_probe) answered its audit (C(memo) V(hit), V(miss) or V(off); V(null) without a probe).
+  - A loop counts once per item that was not skipped and an C(until) once per attempt.
+  - At the end of the run it writes one JSON object, host name to C(remote), C(local), C(changed) and C(memo),
+    to the file named by the E(SGLANG_BENCH_OUT) environment variable; without it the callback does nothing.
+author:
+  - SGLang remediation maintainers (@fleetops)
+requirements:
+  - Enable it with C(callbacks_enabled = fleetops.sglang.sglang_bench) in the C([defaults]) section of C(ansible.cfg),
+    or with C(ANSIBLE_CALLBACKS_ENABLED=fleetops.sglang.sglang_bench) in the environment.
+  - E(SGLANG_BENCH_OUT) set to the output file (read directly from the environment, not a configuration option).
+"""
+
 import json
 import os
 from collections import defaultdict
 
 from ansible.plugins.callback import CallbackBase
-
-DOCUMENTATION = r"""
-name: sglang_bench
-type: aggregate
-short_description: Count remote module executions per host for the benchmark
-description:
-  - Writes per-host counts to the file named by SGLANG_BENCH_OUT; does nothing without it.
-requirements: []
-"""
 
 LOCAL_ACTIONS = {
     "set_fact", "assert", "debug", "meta", "include_tasks", "import_tasks", "include_role",

@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fleet report for the SGLang remediation playbooks, written as the run goes."""
 
 from __future__ import annotations
@@ -7,21 +9,26 @@ DOCUMENTATION = r"""
 name: sglang_report
 type: aggregate
 short_description: Write the fleet report (JSON + Markdown) as each host finishes, and at the end
+version_added: "1.0.0"
 description:
   - Collects, per host, the C(sglang_remediation) fact the role sets (release, decision, grep
     evidence, hashes, draft ids, flags, restart, health, accept length, tokens/s, error),
     failures and unreachability, and the serial batch each host ran in.
   - Rewrites C(<report_dir>/latest/fleet.json) and C(fleet.md) plus a timestamped copy in
-    C(<report_dir>/runs/<UTC time>-<playbook>/) after every event that changes a row, so the
+    C(<report_dir>/runs/<UTC time>-<playbook>-<pid>/) after every event that changes a row, so the
     report exists even when the run aborts (failed canary, max_fail_percentage tripped,
     any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
-  - Only plays that apply the C(sglang) role, or set the play variable C(sglang_fleet_report=true),
-    take part; helper plays (test bed preparation, compliance asserts) add no hosts.
+  - Only plays that apply the C(sglang) role (C(fleetops.sglang.sglang) or C(sglang)), or set the play variable
+    C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
+  - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
+author:
+  - SGLang remediation maintainers (@fleetops)
 options:
   report_dir:
-    description: Directory that receives C(latest/) and C(runs/). Relative paths are taken from
-      the directory of the ansible.cfg in use (the project root), else the working directory.
+    description:
+      - Directory that receives C(latest/) and C(runs/). Relative paths are taken from
+        the directory of the ansible.cfg in use (the project root), else the working directory.
     type: str
     default: reports
     env:
@@ -30,8 +37,9 @@ options:
       - section: sglang_report
         key: report_dir
   print_rows_max:
-    description: Print the whole host table at the end for fleets up to this size; larger fleets
-      get the counts and the failures only (the files always hold every row).
+    description:
+      - Print the whole host table at the end for fleets up to this size; larger fleets
+        get the counts and the failures only (the files always hold every row).
     type: int
     default: 50
     env:
@@ -40,7 +48,12 @@ options:
       - section: sglang_report
         key: print_rows_max
 requirements:
-  - enabled in ansible.cfg (callbacks_enabled) with callback_plugins pointing at this directory
+  - Enable it with C(callbacks_enabled = fleetops.sglang.sglang_report) in the C([defaults]) section of C(ansible.cfg),
+    or with C(ANSIBLE_CALLBACKS_ENABLED=fleetops.sglang.sglang_report) in the environment.
+notes:
+  - It works beside any stdout callback; it only writes files and prints the summary at the end.
+seealso:
+  - module: fleetops.sglang.sglang_probe
 """
 
 import atexit

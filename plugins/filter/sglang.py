@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side filters that reuse the role's own validation code.
 
 The rules live once, in plugins/module_utils/sglang_speculative.py, where they are unit
@@ -6,6 +8,7 @@ refused on the controller, before any host is touched.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
@@ -18,7 +21,7 @@ def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]
 
 def _as_int(value: Any) -> Any:
     """-e on the command line gives strings: accept "15" as 15, leave anything else to the checks."""
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     return value
 

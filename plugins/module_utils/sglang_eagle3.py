@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Probe, decide, patch and verify SGLang's EAGLE-3 embedding capture on DeepSeek.
 
 Pure standard-library logic shared by the ``sglang_eagle3`` Ansible module, the

@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a running SGLang server was started from: fingerprint hashing and comparison.
 
 Shared by the ``sglang_fingerprint`` module (which records and compares) and the

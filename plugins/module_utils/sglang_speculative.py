@@ -1,4 +1,6 @@
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure checks for SGLang EAGLE-3 speculative decoding settings.
 
 SGLang fails *silently* on the two settings this role manages:
@@ -12,7 +14,8 @@ So every check SGLang skips is made here, before anything reaches a host, with a
 message that names the variable, the bad value and what would be accepted.
 
 Stdlib only and no Ansible import: modules on Debian hosts (python3 3.9 - 3.13)
-import this as ``ansible.module_utils.sglang_speculative`` and pytest imports it
+import this as ``ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative``
+and pytest imports it
 directly.
 """
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import struct
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -153,7 +157,7 @@ def _suggest_ints(ids: Sequence[Any]) -> str:
     for value in ids:
         if _is_int(value):
             out.append(value)
-        elif isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
             out.append(int(value.strip()))
         else:
             return "[-1, 2, 30]"

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Set the aux hidden-state layer ids in an EAGLE-3 draft model's config.json."""
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ DOCUMENTATION = r"""
 ---
 module: sglang_draft_config
 short_description: Set and verify the EAGLE-3 aux layer ids SGLang reads from a draft model
+version_added: "1.0.0"
 description:
   - SGLang reads the layer ids whose hidden states feed an EAGLE-3 draft only from the
     draft's C(config.json), key C(eagle_config.eagle_aux_hidden_state_layer_ids), inside a
@@ -18,6 +21,22 @@ description:
     read exactly the requested list.
   - If C(config.json) is a symlink (Hugging Face cache snapshots) the link is replaced by a
     regular file, so the shared content-addressed blob is never edited.
+  - Other C(eagle_config) keys that mention layers are ignored by SGLang; they are left in place with a warning.
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Validates and reports C(changed=true) and the would-be RV(sha256_after) without writing the file or a backup.
+  diff_mode:
+    support: full
+    details:
+      - Returns the whole C(config.json) before and after the change (also with O(state=audit)).
+  platform:
+    platforms: posix
 options:
   path:
     description: Draft model directory holding C(config.json).
@@ -26,8 +45,8 @@ options:
   layer_ids:
     description:
       - Ids to write, in the form the installed SGLang release needs (decided by the caller,
-        e.g. C([-1, 2, 30]) on patched releases or C([0, 3, 31]) from 0.5.14).
-      - Each must be a real int; strings and booleans are refused, not converted.
+        e.g. V([-1, 2, 30]) on patched releases or V([0, 3, 31]) from 0.5.14).
+      - Each must be a real int; strings and booleans are refused, not converted (hence C(type=raw)).
     type: raw
     required: true
   user_layer_ids:
@@ -36,8 +55,10 @@ options:
         errors name the user's variable. Not written.
     type: raw
   target_model_path:
-    description: Target model directory; its C(config.json) bounds the ids by C(num_hidden_layers).
-    type: str
+    description:
+      - Target model directory; its C(config.json) bounds the ids by C(num_hidden_layers).
+      - Without it, or when its C(config.json) has no C(num_hidden_layers) (a warning), the ids are not bounded by depth.
+    type: path
   backup_dir:
     description:
       - Where the previous file is kept as C(draft-config.<hash>.json) (overwritten on each
@@ -47,67 +68,120 @@ options:
     type: path
     default: /var/lib/sglang-remediation/backup
   state:
-    description: C(present) writes; C(audit) never writes and reports C(compliant).
+    description: V(present) writes; V(audit) never writes and reports RV(compliant).
     type: str
     choices: [present, audit]
     default: present
+notes:
+  - Keeping the owner of C(config.json) may need privilege escalation; without it the write fails and the file is left as it was.
+seealso:
+  - module: fleetops.sglang.sglang_eagle3
 """
 
 EXAMPLES = r"""
 - name: Point the draft at the embedding output and layers 2 and 30
-  sglang_draft_config:
+  fleetops.sglang.sglang_draft_config:
     path: /models/deepseek-v3-eagle3
     layer_ids: [-1, 2, 30]
     user_layer_ids: "{{ sglang_eagle3_layer_ids }}"
     target_model_path: /models/DeepSeek-V3
+  become: true
+  register: draft
+
+- name: Write the ids a native release (0.5.14+) reports, as sglang_eagle3 returned them
+  fleetops.sglang.sglang_draft_config:
+    path: /models/deepseek-v3-eagle3
+    layer_ids: "{{ eagle3.draft_layer_ids }}"
+    user_layer_ids: "{{ sglang_eagle3_layer_ids }}"
+    target_model_path: /models/DeepSeek-V3
+
+- name: Only check the draft config
+  fleetops.sglang.sglang_draft_config:
+    path: /models/deepseek-v3-eagle3
+    layer_ids: [-1, 2, 30]
+    state: audit
+  register: draft_audit
+
+- name: Fail when the draft lists other ids
+  ansible.builtin.assert:
+    that: draft_audit.compliant
+    fail_msg: "{{ draft_audit.msg }}"
 """
 
 RETURN = r"""
 path:
-  description: The config.json path.
+  description: The C(config.json) path.
   type: str
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: /models/deepseek-v3-eagle3/config.json
 layer_ids_before:
-  description: What SGLang read before; null when the key was absent.
+  description: What SGLang read before (any JSON value); V(null) when the key was absent.
   type: raw
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: [1, 29, 57]
 layer_ids_after:
-  description: What SGLang reads after this run, or would in check mode. For state=audit, what it reads now.
+  description:
+    - What SGLang reads after this run, or would in check mode.
+    - With O(state=audit), what it reads now (same as RV(layer_ids_before)).
   type: raw
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: [-1, 2, 30]
 sha256_before:
-  description: sha256 of config.json before.
+  description: sha256 of C(config.json) before.
   type: str
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: 252f10c83610ebca1a059c0bae8255eba2f95be4d1d7bcfa89d7248a82d9f111
 sha256_after:
-  description: sha256 of config.json after, or what it would be in check mode.
+  description: sha256 of C(config.json) after, or what it would be in check mode; with O(state=audit) the current one.
   type: str
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: cd0aa9856147b6c5b4ff2b7dfee5da20aa38253099ef1b4a64aced233c9afe29
 backup:
-  description: Backup of the previous file when one was written this run, else null.
+  description: Backup of the previous file when one was written this run, else V(null).
   type: str
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: /var/lib/sglang-remediation/backup/draft-config.5d41402abc4b2a76.json
 backup_orig:
-  description: First-seen original kept in backup_dir when a write happened this run, else null.
+  description: First-seen original kept in O(backup_dir) when a write happened this run, else V(null).
   type: str
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: /var/lib/sglang-remediation/backup/draft-config.5d41402abc4b2a76.orig.json
 expected_count:
-  description: Hidden states the draft fc layer fuses, from its safetensors header; null if unknown.
+  description: Hidden states the draft fc layer fuses, from its safetensors header; V(null) if unknown.
   type: int
-  returned: always
+  returned: when the file was read
+  sample: 3
 num_hidden_layers:
-  description: Decoder layers of the target; null if unknown.
+  description: Decoder layers of the target (O(target_model_path)); V(null) if unknown.
   type: int
-  returned: always
+  returned: when the file was read
+  sample: 61
 compliant:
-  description: The file already held exactly layer_ids (int for int, same order).
+  description: The file already held exactly O(layer_ids) (int for int, same order).
   type: bool
-  returned: always
+  returned: when the file was read and the ids are valid
+  sample: false
 errors:
   description: Every validation error, when the module refused to write.
   type: list
   elements: str
   returned: failure
+  sample:
+    - "sglang_eagle3_layer_ids[1] is '2' (str); every id must be an int (a layer index, or -1 first for the embedding output), e.g. [-1, 2, 30]"
+msg:
+  description: What was done, would be done or found, in one line.
+  type: str
+  returned: always
+  sample: "set [-1, 2, 30] (was [1, 29, 57]) in /models/deepseek-v3-eagle3/config.json"
+diff:
+  description: The whole C(config.json) before and after.
+  type: dict
+  returned: when diff mode is on and the file was read and the ids are valid
+  sample:
+    before_header: /models/deepseek-v3-eagle3/config.json
+    after_header: /models/deepseek-v3-eagle3/config.json
+    before: "{\n  \"architectures\": [\"LlamaForCausalLMEagle3\"],\n  ...\n}\n"
+    after: "{\n  \"architectures\": [\"LlamaForCausalLMEagle3\"],\n  ...\n}\n"
 """
 
 import hashlib
@@ -212,7 +286,7 @@ def main() -> None:
             # raw, not list/int: Ansible would turn "2" into 2 and hide the user's mistake.
             layer_ids=dict(type="raw", required=True),
             user_layer_ids=dict(type="raw"),
-            target_model_path=dict(type="str"),
+            target_model_path=dict(type="path"),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             state=dict(type="str", choices=["present", "audit"], default="present"),
         ),

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: remediate SGLang's EAGLE-3 embedding capture on DeepSeek targets."""
 
 from __future__ import absolute_import, division, print_function
@@ -10,6 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: sglang_eagle3
 short_description: Probe, patch and verify SGLang's EAGLE-3 embedding capture for DeepSeek targets
+version_added: "1.0.0"
 description:
   - In one call per host, finds SGLang in a virtualenv, classifies C(deepseek_v2.py) (and on
     0.5.4.post2 ... 0.5.10.post1 the CUDA-graph companion files) as pristine, ours or drift
@@ -17,7 +20,25 @@ description:
     restores or only reports.
   - Decision C(patch) (0.5.4.post2 ... 0.5.13.post1) applies the rendered patch templates;
     C(native) (0.5.14+) changes nothing and reports the ids the draft config must list;
-    C(refuse) fails (except in audit) and leaves the host untouched.
+    C(refuse) fails (except with O(state=audit)) and leaves the host untouched.
+  - Every write is atomic, preceded by a RECORD-verified backup of the pristine file in O(backup_dir),
+    and followed by compile, grep and semantic checks; a failed check restores the pristine files.
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - The patched texts are built and verified in memory; nothing is written, not even O(memo_file).
+  diff_mode:
+    support: full
+    details:
+      - One before/after entry per file that is or would be patched or restored; O(state=audit) returns none.
+      - The whole file texts are returned only when diff mode is on.
+  platform:
+    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang (C(<venv>/lib/python3*/site-packages/sglang)).
@@ -25,17 +46,21 @@ options:
     required: true
   layer_ids:
     description:
-      - Aux hidden-state layer ids the draft was trained on; C(-1) is the embedding output,
-        C(N) the output of layer N. Unique, ascending, -1 only first.
+      - Aux hidden-state layer ids the draft was trained on; V(-1) is the embedding output,
+        V(N) the output of layer N. Unique, ascending, V(-1) only first.
+      - Taken as given (C(elements=raw)) so that the engine, not Ansible's type coercion, refuses
+        strings such as V("2") and booleans.
     type: list
-    elements: int
+    elements: raw
     default: [-1, 2, 30]
   patches:
     description: Rendered patch templates, template name (file name without C(.yml.j2)) to text.
     type: dict
     default: {}
   state:
-    description: C(present) patches, C(absent) restores the pristine files, C(audit) only reports.
+    description:
+      - V(present) patches, V(absent) restores the pristine files, V(audit) only reports.
+      - With V(audit) a refusal is a finding, returned with RV(decision=refuse), not a failure.
     type: str
     choices: [present, absent, audit]
     default: present
@@ -44,7 +69,7 @@ options:
     type: path
     default: /var/lib/sglang-remediation/backup
   pipeline_parallel_size:
-    description: The server's pipeline parallel size; above 1 is refused.
+    description: The server's pipeline parallel size; above V(1) is refused.
     type: int
     default: 1
   python:
@@ -52,35 +77,217 @@ options:
     type: path
   memo_file:
     description:
-      - The audit memo C(sglang_probe) reads. After a successful C(present) run (not in check mode)
+      - The audit memo M(fleetops.sglang.sglang_probe) reads. After a successful V(present) run (not in check mode)
         the audit of the files as they now are is stored there, so the next rerun's probe need
-        not parse SGLang again. C(audit) reads it and never writes it.
+        not parse SGLang again. V(audit) reads it and never writes it.
     type: path
+seealso:
+  - module: fleetops.sglang.sglang_probe
+  - module: fleetops.sglang.sglang_draft_config
 """
 
 RETURN = r"""
-release: {description: Installed SGLang version (dist-info METADATA), type: str, returned: always}
-family: {description: "Patch template or native_<forward> chosen from the code shape", type: str, returned: always}
-decision: {description: patch, native or refuse, type: str, returned: always}
-file_state_before: {description: pristine, ours or drift (deepseek_v2.py), type: str, returned: always}
-sha256_before: {description: sha256 of deepseek_v2.py before the call, type: str, returned: always}
-sha256_after: {description: sha256 of deepseek_v2.py after the call (or as it would be in check mode), type: str, returned: always}
-record_sha256: {description: sha256 pip recorded for deepseek_v2.py, type: str, returned: always}
-companion: {description: "{needed, template, files}: CUDA-graph companion patch", type: dict, returned: always}
-draft_layer_ids: {description: Ids the draft config's eagle_aux_hidden_state_layer_ids must list for this release, type: list, returned: always}
-evidence: {description: "{path, line, text, what} lines proving the patch", type: list, returned: always}
-checks: {description: "{compiled, semantic}", type: dict, returned: always}
-compliant: {description: The host serves the embedding capture as configured, type: bool, returned: always}
+release:
+  description: Installed SGLang version (dist-info METADATA); V(null) when no install was found.
+  type: str
+  returned: always
+  sample: "0.5.9"
+family:
+  description:
+    - Patch template (V(body_a_loop), V(body_b_loop)) or C(native_<forward>) chosen from the code's shape;
+      on a refusal the shape read (V(absent), C(body_<body>_<forward>)). V(null) when the shape was not read.
+  type: str
+  returned: always
+  sample: body_a_loop
+decision:
+  description: What the engine decided; V(null) when it could not decide (no install, unreadable file, invalid request).
+  type: str
+  returned: always
+  choices: [patch, native, refuse]
+  sample: patch
+file_state_before:
+  description:
+    - V(pristine) (the RECORD bytes), V(ours) (our patch on the RECORD bytes), V(drift) or V(missing),
+      for C(deepseek_v2.py) before the call. V(null) without an install.
+  type: str
+  returned: always
+  sample: pristine
+sha256_before:
+  description: sha256 of C(deepseek_v2.py) before the call.
+  type: str
+  returned: always
+  sample: 3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d
+sha256_after:
+  description: sha256 of C(deepseek_v2.py) after the call (or as it would be in check mode).
+  type: str
+  returned: always
+  sample: ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb
+record_sha256:
+  description: sha256 pip recorded for C(deepseek_v2.py) in the dist-info RECORD.
+  type: str
+  returned: always
+  sample: 3e23e8160039594a33894f6564e1b1348bbd7a0088d42c4acb73eeaed59c009d
+companion:
+  description: The CUDA-graph companion patch (releases up to 0.5.10.post1 bake the default ids into CUDA graphs).
+  type: dict
+  returned: always
+  sample:
+    needed: true
+    template: companion_cg_attr
+    files: [sglang/srt/model_executor/cuda_graph_runner.py]
+  contains:
+    needed:
+      description: Whether the release needs the companion patch.
+      type: bool
+      sample: true
+    template:
+      description: Companion patch template; only present when RV(companion.needed) is true.
+      type: str
+      choices: [companion_cg_attr, companion_cg_local]
+      sample: companion_cg_attr
+    files:
+      description: Companion files patched, relative to site-packages.
+      type: list
+      elements: str
+      sample: [sglang/srt/model_executor/cuda_graph_runner.py]
+draft_layer_ids:
+  description:
+    - Ids the draft config's C(eagle_aux_hidden_state_layer_ids) must list for this release
+      (O(layer_ids) on C(patch), translated to SGLang's own capture indices on C(native)); V(null) on C(refuse).
+  type: list
+  elements: int
+  returned: always
+  sample: [-1, 2, 30]
+evidence:
+  description: Lines proving the patch is in place, one per matching line of the patched (or would-be patched) files.
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - path: sglang/srt/models/deepseek_v2.py
+      line: 2634
+      text: self.model.capture_embedding_for_eagle3 = -1 in layer_ids
+      what: set_flag
+    - path: sglang/srt/model_executor/cuda_graph_runner.py
+      line: 412
+      text: >-
+        self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)
+        # sglang-remediation eagle3-embed v1: configured ids
+      what: configured_ids_call
+  contains:
+    path:
+      description: File, relative to site-packages.
+      type: str
+      sample: sglang/srt/models/deepseek_v2.py
+    line:
+      description: Line number, from 1.
+      type: int
+      sample: 2634
+    text:
+      description: The line, stripped.
+      type: str
+      sample: self.model.capture_embedding_for_eagle3 = -1 in layer_ids
+    what:
+      description: Which rule the line satisfies.
+      type: str
+      choices: [init_flag, reset_flag, set_flag, filter_negative, append_embedding, configured_ids_call, ids_resolved_before_graphs]
+      sample: set_flag
+checks:
+  description: Verification of the patched (or would-be patched) files.
+  type: dict
+  returned: always
+  sample: {compiled: true, semantic: true}
+  contains:
+    compiled:
+      description: Every patched file compiles; V(null) when nothing was verified (and on C(native)).
+      type: bool
+      sample: true
+    semantic:
+      description: The real C(set_eagle3_layers_to_capture) gives the expected capture for O(layer_ids) and upstream's for other ids.
+      type: bool
+      sample: true
+shape:
+  description: The code's shape the release family is read from.
+  type: dict
+  returned: when the installed C(deepseek_v2.py) could be classified (not on drift, missing file or missing install)
+  sample:
+    body: A
+    forward: L
+    default_id_calls: ["sglang/srt/model_executor/cuda_graph_runner.py:CudaGraphRunner.__init__"]
+  contains:
+    body:
+      description: Body of C(set_eagle3_layers_to_capture).
+      type: str
+      choices: [A, B, absent, unknown]
+      sample: A
+    forward:
+      description: How C(DeepseekV2Model.forward) captures aux hidden states.
+      type: str
+      choices: [L, C, P, R, unknown]
+      sample: L
+    default_id_calls:
+      description: C(file:qualname) of each no-argument C(set_eagle3_layers_to_capture()) call in the companion files.
+      type: list
+      elements: str
+      sample: ["sglang/srt/model_executor/cuda_graph_runner.py:CudaGraphRunner.__init__"]
+compliant:
+  description: The host serves the embedding capture as configured (after this call; in check mode and audit, already now).
+  type: bool
+  returned: always
+  sample: true
+memo:
+  description: With O(state=audit), how the audit was answered; V(hit) from O(memo_file), V(miss) computed, V(off) no memo used.
+  type: str
+  returned: when O(state=audit)
+  choices: [hit, miss, "off"]
+  sample: miss
+msg:
+  description: What was done or decided, in one line.
+  type: str
+  returned: always
+  sample: "patched: sglang/srt/models/deepseek_v2.py, sglang/srt/model_executor/cuda_graph_runner.py"
+diff:
+  description: Before and after text of each file patched or restored (or that would be, in check mode).
+  type: list
+  elements: dict
+  returned: when diff mode is on
+  sample:
+    - before_header: /opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/models/deepseek_v2.py
+      after_header: /opt/sglang/venv/lib/python3.12/site-packages/sglang/srt/models/deepseek_v2.py
+      before: "# Copyright 2023-2024 SGLang Team\n..."
+      after: "# Copyright 2023-2024 SGLang Team\n..."
 """
 
 EXAMPLES = r"""
 - name: Apply the embedding-capture patch
-  sglang_eagle3:
+  fleetops.sglang.sglang_eagle3:
     venv: /opt/sglang/venv
     layer_ids: [-1, 2, 30]
     python: /opt/sglang/venv/bin/python
     patches:
       body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.yml.j2') }}"
+      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.yml.j2') }}"
+      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.yml.j2') }}"
+      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.yml.j2') }}"
+    memo_file: /var/lib/sglang-remediation/audit-memo.json
+  register: eagle3
+
+- name: Show the ids the draft config must list
+  ansible.builtin.debug:
+    var: eagle3.draft_layer_ids
+
+- name: Only report what would be done
+  fleetops.sglang.sglang_eagle3:
+    venv: /opt/sglang/venv
+    patches: "{{ rendered_patches }}"
+    state: audit
+  register: audit
+
+- name: Put the pristine files back
+  fleetops.sglang.sglang_eagle3:
+    venv: /opt/sglang/venv
+    patches: "{{ rendered_patches }}"
+    state: absent
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -1,4 +1,7 @@
 #!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Decide whether the SGLang service must restart, from what runs vs what should run."""
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: sglang_fingerprint
 short_description: Compare the files an SGLang server runs from with those recorded at its last healthy start
+version_added: "1.0.0"
 description:
   - Hashes the components that define what an SGLang server runs (installed release, patched
     model file, draft config, systemd unit, environment file, command) and compares them with
@@ -14,35 +18,110 @@ description:
     the service is not active. Whether an earlier task reported "changed" plays no part, so an
     interrupted run (patched but not restarted) is restarted by the rerun, and a compliant host
     is never restarted.
-  - C(state=record) writes the current fingerprint; the role calls it only after the health
+  - O(state=record) writes the current fingerprint; the role calls it only after the health
     gates pass.
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - With O(state=record) it reports C(changed=true) when the fingerprint would change, without writing O(state_file).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   components:
-    description: Name to file path (hashed) or to C(value:<text>) (hashed as text).
+    description:
+      - Name to file path (hashed) or to C(value:<text>) (hashed as text).
+      - A file that does not exist hashes as C(missing).
     type: dict
     required: true
   state_file:
-    description: Where the fingerprint of the last healthy start is kept.
+    description: Where the fingerprint of the last healthy start is kept (JSON, created with its directory on O(state=record)).
     type: path
     required: true
   service:
-    description: systemd unit name whose activity is part of the decision.
+    description: systemd unit name whose activity (C(systemctl is-active)) is part of the decision.
     type: str
     required: true
   state:
-    description: C(compare) only reads; C(record) writes the current fingerprint.
+    description: V(compare) only reads; V(record) writes the current fingerprint.
     type: str
     choices: [compare, record]
     default: compare
-author: SGLang remediation maintainers
+seealso:
+  - module: fleetops.sglang.sglang_probe
+"""
+
+EXAMPLES = r"""
+- name: Compare what runs with what should run
+  fleetops.sglang.sglang_fingerprint:
+    components:
+      sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
+      draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+      unit: /etc/systemd/system/sglang.service
+      environment: /etc/sglang/sglang.env
+    state_file: /var/lib/sglang-remediation/running.json
+    service: sglang
+  register: fingerprint
+
+- name: Restart SGLang when what runs is not what should run
+  ansible.builtin.systemd_service:
+    name: sglang
+    state: restarted
+  when: fingerprint.restart_needed
+
+- name: Record the fingerprint once the health gates passed
+  fleetops.sglang.sglang_fingerprint:
+    components:
+      sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
+      draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+      unit: /etc/systemd/system/sglang.service
+      environment: /etc/sglang/sglang.env
+    state_file: /var/lib/sglang-remediation/running.json
+    service: sglang
+    state: record
 """
 
 RETURN = r"""
-restart_needed: {description: Whether the service must restart., type: bool, returned: always}
-reasons: {description: Why, one line per differing component., type: list, returned: always}
-current: {description: Component name to sha256 now., type: dict, returned: always}
-recorded: {description: Component name to sha256 at the last healthy start., type: dict, returned: always}
-active: {description: Whether the service is active., type: bool, returned: always}
+restart_needed:
+  description: Whether the service must restart; always V(false) with O(state=record).
+  type: bool
+  returned: always
+  sample: true
+reasons:
+  description: Why, one line per differing component (plus one when nothing was recorded or the service is not active); empty with O(state=record).
+  type: list
+  elements: str
+  returned: always
+  sample:
+    - draft_config changed since the last healthy start
+    - the service is not active
+current:
+  description: Component name to sha256 now (C(missing) for an absent file).
+  type: dict
+  returned: always
+  sample:
+    sglang: 2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6
+    draft_config: 18ac3e7343f016890c510e93f935261169d9e3f565436429830faf0934f4f8e4
+    unit: aaa9402664f1a41f40ebbc52c9993eb66aeb366602958fdfaa283b71e64db123
+recorded:
+  description: Component name to sha256 at the last healthy start, as read before this call; empty when none was recorded.
+  type: dict
+  returned: always
+  sample:
+    sglang: 2e7d2c03a9507ae265ecf5b5356885a53393a2029d241394997265a1a25aefc6
+    draft_config: 3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea
+    unit: aaa9402664f1a41f40ebbc52c9993eb66aeb366602958fdfaa283b71e64db123
+active:
+  description: Whether the service is active (V(false) also when C(systemctl) is absent).
+  type: bool
+  returned: always
+  sample: false
 """
 
 import json

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: the live gate after a restart, in one remote call."""
 
 from __future__ import absolute_import, division, print_function
@@ -10,23 +12,38 @@ DOCUMENTATION = r"""
 ---
 module: sglang_gate
 short_description: Wait for an SGLang server to be healthy, then read its view and send live requests
+version_added: "1.0.0"
 description:
-  - Polls C(/health_generate) every I(delay) seconds for at most I(wait) seconds. When the server
-    answers 200 it reads C(/get_server_info), sends I(prompts) through C(/generate) (greedy, short)
+  - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
+    answers 200 it reads C(/get_server_info), sends O(prompts) through C(/generate) (greedy, short)
     and reads C(/get_server_info) again, where the server reports the accept length it measured.
-  - One call does what four C(uri) tasks and a loop would, on the host, so polling and requests cost
+  - One call does what four M(ansible.builtin.uri) tasks and a loop would, on the host, so polling and requests cost
     no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
-    prints a line per I(wait) seconds instead of hanging silently.
-  - Returns I(ready=false) (not failed) while the server is not healthy yet; judging the answers
+    prints a line per O(wait) seconds instead of hanging silently.
+  - Returns RV(ready=false) (not failed) while the server is not healthy yet; judging the answers
     (release, speculative settings, accept length) is left to the role's assertions.
+  - Fails when the server is healthy but C(/get_server_info) or a live request does not answer 200 with a JSON object.
   - Reads only; the generation requests are the live check itself.
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Changes nothing, so it runs in check mode as it does otherwise, live requests included; it never reports C(changed).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   url:
-    description: Base URL of the server, e.g. C(http://127.0.0.1:30000).
+    description: Base URL of the server, e.g. V(http://127.0.0.1:30000).
     type: str
     required: true
   wait:
-    description: Seconds this call polls for health before it returns I(ready=false).
+    description: Seconds this call polls for health before it returns RV(ready=false).
     type: float
     default: 60
   delay:
@@ -47,24 +64,68 @@ options:
     elements: str
     default: []
   max_new_tokens:
-    description: Tokens generated per prompt.
+    description: Tokens generated per prompt (C(sampling_params.max_new_tokens), with C(temperature=0)).
     type: int
     default: 64
 """
 
 RETURN = r"""
-ready: {description: The server answered /health_generate with 200 within I(wait), type: bool, returned: always}
-status: {description: HTTP status of the last health poll (null when it could not connect), type: int, returned: always}
-polls: {description: Health polls made by this call, type: int, returned: always}
-last_error: {description: Why the last poll failed, type: str, returned: always}
-info: {description: /get_server_info before the live requests, type: dict, returned: when ready}
-live: {description: The /generate answers, one per prompt, type: list, returned: when ready}
-info_after: {description: /get_server_info after the live requests (accept length), type: dict, returned: when ready}
+ready:
+  description: The server answered C(/health_generate) with 200 within O(wait).
+  type: bool
+  returned: always
+  sample: true
+status:
+  description: HTTP status of the last health poll; V(null) when it could not connect.
+  type: int
+  returned: always
+  sample: 200
+polls:
+  description: Health polls made by this call.
+  type: int
+  returned: always
+  sample: 12
+last_error:
+  description: Why the last poll failed; empty when it succeeded.
+  type: str
+  returned: always
+  sample: "URLError: <urlopen error [Errno 111] Connection refused>"
+msg:
+  description: Why the server is not ready yet, or what failed once it was.
+  type: str
+  returned: when not ready, and on failure
+  sample: "http://127.0.0.1:30000/health_generate not healthy after 60 polls in 60s (last: URLError: <urlopen error [Errno 111] Connection refused>)"
+info:
+  description: The JSON object C(/get_server_info) answered before the live requests.
+  type: dict
+  returned: when ready
+  sample:
+    version: "0.5.9"
+    speculative_algorithm: EAGLE3
+    speculative_num_steps: 3
+    speculative_eagle_topk: 1
+    speculative_num_draft_tokens: 4
+live:
+  description: The C(/generate) answers, one per prompt, in order (on a failed request, those before it).
+  type: list
+  elements: dict
+  returned: when ready
+  sample:
+    - text: " Draft tokens race ahead,\nthe target model nods or not..."
+      meta_info: {prompt_tokens: 9, completion_tokens: 64, spec_accept_length: 3.2, finish_reason: {type: length, length: 64}}
+info_after:
+  description: The JSON object C(/get_server_info) answered after the live requests, with the accept length the server measured.
+  type: dict
+  returned: when ready and the live requests succeeded
+  sample:
+    version: "0.5.9"
+    internal_states:
+      - avg_spec_accept_length: 3.2
 """
 
 EXAMPLES = r"""
 - name: Gate on health, then send live requests
-  sglang_gate:
+  fleetops.sglang.sglang_gate:
     url: http://127.0.0.1:30000
     wait: 60
     prompts: ["Write a haiku about speculative decoding."]
@@ -72,6 +133,10 @@ EXAMPLES = r"""
   until: gate.ready
   retries: 30
   delay: 0
+
+- name: Check the accept length the server measured
+  ansible.builtin.assert:
+    that: gate.info_after.internal_states[0].avg_spec_accept_length | float >= 2.0
 """
 
 import json
@@ -123,7 +188,7 @@ def main():
             request_timeout=dict(type="float", default=30),
             generate_timeout=dict(type="float", default=120),
             prompts=dict(type="list", elements="str", default=[]),
-            max_new_tokens=dict(type="int", default=64),
+            max_new_tokens=dict(type="int", default=64, no_log=False),
         ),
         supports_check_mode=True,
     )

@@ -1,5 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Ansible module: judge in one read-only call whether an SGLang host is compliant."""
 
 from __future__ import absolute_import, division, print_function
@@ -10,6 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: sglang_probe
 short_description: Decide in one read-only call whether an SGLang host needs any remediation
+version_added: "1.0.0"
 description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
@@ -27,11 +30,10 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
-    support: partial
+    support: full
     details:
-      - The probe only reads, and always reports C(changed=false).
-      - With O(memo_write=true) it stores the audit memo in O(memo_file) in check mode too; the role
-        passes O(memo_write=false) in check mode and in audits.
+      - The probe only reads, and always reports C(changed=false); in check mode it never stores the
+        audit memo, even with O(memo_write=true).
   diff_mode:
     support: none
   platform:
@@ -114,7 +116,7 @@ options:
       - Store a freshly computed audit in O(memo_file) when the host is compliant (the run ends
         there). The role sets it on converging runs only, so audits and check mode write nothing;
         a host that is then changed or refused leaves the memo as it was.
-      - The module itself does not look at check mode for this; see the C(check_mode) attribute.
+      - Never in check mode.
     type: bool
     default: false
 notes:
@@ -139,6 +141,7 @@ reasons:
   returned: always
   sample:
     - "deepseek_v2.py pristine: patch needed (not patched: sglang/srt/models/deepseek_v2.py)"
+    - "draft ids [1, 29, 57] != [-1, 2, 30]"
     - "fingerprint differs (sglang): restart needed"
 release:
   description: Installed SGLang version, from the dist-info METADATA; V(null) when none is installed.
@@ -194,7 +197,7 @@ eagle3:
     shape:
       body: A
       forward: L
-      default_id_calls: ["sglang/srt/model_executor/cuda_graph_runner.py:CudaGraphRunner.capture"]
+      default_id_calls: ["sglang/srt/model_executor/cuda_graph_runner.py:CudaGraphRunner.__init__"]
     compliant: true
     changed: false
     failed: false
@@ -394,7 +397,7 @@ def fingerprint_reasons(components, state_file, audit, style):
     return ["fingerprint differs (%s): restart needed" % ", ".join(names)], info
 
 
-def probe(p):
+def probe(p, check_mode=False):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
                   fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False)
@@ -429,7 +432,7 @@ def probe(p):
     result["compliant"] = not reasons
     # Only a verdict the run ends on is stored: a host that goes on to be changed or
     # refused leaves the memo as it was (the patching module stores its own).
-    if p["memo_write"] and result["compliant"] and p["memo_file"]:
+    if p["memo_write"] and not check_mode and result["compliant"] and p["memo_file"]:
         store_audit_memo(p["memo_file"], audit)
     audit.pop("memo_key", None)
     return result
@@ -460,7 +463,7 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**probe(module.params))
+    module.exit_json(**probe(module.params, check_mode=module.check_mode))
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Parse the rendered launch flags with the installed SGLang's own argparse.
 
 Run with the venv's Python: argv[1] is a JSON list of flags. Exit 0 when they
