@@ -373,3 +373,13 @@ def test_same_ids_is_type_strict():
     assert not ss.same_ids([True, 2], [1, 2])
     assert not ss.same_ids(["2"], [2])
     assert not ss.same_ids(None, [2])
+
+
+def test_filters_refuse_malformed_int_strings_with_the_variable_named():
+    """'--5' passed lstrip('-').isdigit() and crashed int(); it must be refused by name."""
+    from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters
+
+    assert filters.speculative_errors(" 15 ", 1, "16") == []
+    errors = filters.speculative_errors("--5", 1, 16)
+    assert errors and "sglang_speculative_num_steps" in errors[0] and "'--5'" in errors[0]
+    assert "sglang_eagle3_layer_ids[0] is '--5' (str)" in filters.layer_id_errors(["--5", 2])[0]
