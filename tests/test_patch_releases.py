@@ -195,7 +195,7 @@ def test_tampered_backup_is_not_restored(make_venv, patches):
 def test_failed_verification_rolls_back_byte_identical(version, make_venv, patches, monkeypatch):
     venv = make_venv(version)
     before = snapshot(venv)
-    monkeypatch.setattr(E, "compile_check", lambda path, python: "simulated failure")
+    monkeypatch.setattr(E, "compile_check", lambda path, python, run_command=None: "simulated failure")
     res = E.run(request(venv, patches))
     assert res["failed"] and "restored" in res["msg"]
     assert {k: v[0] for k, v in snapshot(venv).items()} == {k: v[0] for k, v in before.items()}
@@ -350,8 +350,11 @@ def test_engine_runs_on_python_39(make_venv, patches, tmp_path):
     (tmp_path / "patches.json").write_text(json.dumps(patches))
     code = ("import json, sys, importlib.util as u; s = u.spec_from_file_location('e', sys.argv[1]); "
             "e = u.module_from_spec(s); sys.modules['e'] = e; s.loader.exec_module(e); "
+            "import subprocess; "
+            "run = lambda argv: (lambda p: (p.returncode, p.stdout, p.stderr))(subprocess.run("
+            "argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)); "
             "r = e.run(e.Request(venv=sys.argv[2], patches=json.load(open(sys.argv[3])), "
-            "backup_dir=sys.argv[4], python=sys.argv[5])); r.pop('diff'); print(json.dumps(r))")
+            "backup_dir=sys.argv[4], python=sys.argv[5], run_command=run)); r.pop('diff'); print(json.dumps(r))")
     proc = subprocess.run([py, "-c", code, str(MODULE_UTILS), str(venv), str(tmp_path / "patches.json"),
                            str(tmp_path / "bk"), sys.executable], stdout=subprocess.PIPE, universal_newlines=True)
     out = json.loads(proc.stdout)

@@ -70,9 +70,10 @@ class CallbackModule(CallbackBase):
         if not executions:
             # A loop ran the module once per item that was not skipped.
             items = result._result.get("results")
-            executions = (sum(1 for r in items if not (isinstance(r, dict) and (r.get("skipped")
-                                                                                  or "skip_reason" in r)))
-                          if isinstance(items, list) else 1)
+            executions = 1
+            if isinstance(items, list):
+                executions = sum(1 for r in items
+                                 if not (isinstance(r, dict) and (r.get("skipped") or "skip_reason" in r)))
         self.counts[host][kind] += executions
         if changed:
             self.counts[host]["changed"] += 1

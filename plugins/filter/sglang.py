@@ -31,7 +31,7 @@ def speculative_errors(steps: Any, topk: Any, draft_tokens: Any) -> list[str]:
     return _rules.validate_speculative(_as_int(steps), _as_int(topk), _as_int(draft_tokens))
 
 
-def server_args(_: Any = None, **kwargs: Any) -> list[str]:
+def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     """The launch flags, one list item per argument, in a stable order."""
     ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port")
     return _rules.render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})

@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -695,11 +694,16 @@ def companion_evidence(source: str, rel: str) -> Tuple[List[Dict[str, Any]], Lis
     return evidence, errors
 
 
-def compile_check(path: str, python: Optional[str]) -> Optional[str]:
+# Runs argv, returns (rc, stdout, stderr): AnsibleModule.run_command on a host.
+RunCommand = Callable[[List[str]], Tuple[int, str, str]]
+
+
+def compile_check(path: str, python: Optional[str], run_command: Optional[RunCommand] = None) -> Optional[str]:
     """Compile the file (no .pyc written); None on success, else the error text.
 
     With ``python`` the venv's interpreter compiles it, since the host python may be
-    older than the one SGLang runs under.
+    older than the one SGLang runs under; the caller's ``run_command`` runs it (the
+    module's, so that its environment and error handling apply).
     """
     if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
         try:
@@ -709,9 +713,10 @@ def compile_check(path: str, python: Optional[str]) -> Optional[str]:
         except SyntaxError as exc:
             return "%s: %s" % (path, exc)
     code = "import sys; compile(open(sys.argv[1], 'rb').read(), sys.argv[1], 'exec', dont_inherit=True)"
-    proc = subprocess.run([python, "-c", code, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True)
-    return None if proc.returncode == 0 else (proc.stderr.strip() or "compile failed")
+    if run_command is None:
+        raise EngineError("compiling with %s needs a command runner (Request.run_command)" % python)
+    rc, _out, err = run_command([python, "-c", code, path])
+    return None if rc == 0 else (err.strip() or "compile failed")
 
 
 # ------------------------------------------------------------------------ write
@@ -784,6 +789,7 @@ class Request:
     pipeline_parallel_size: int = 1
     python: Optional[str] = None
     check_mode: bool = False
+    run_command: Optional[RunCommand] = field(default=None, compare=False, repr=False)
 
 
 def _hunks(patches: Dict[str, str], name: str) -> List[Hunk]:
@@ -794,7 +800,7 @@ def _hunks(patches: Dict[str, str], name: str) -> List[Hunk]:
 
 
 def _known_hunk_sets(patches: Dict[str, str]) -> List[List[Hunk]]:
-    return [parse_patch(text) for _, text in sorted(patches.items())]
+    return [parse_patch(text) for _name, text in sorted(patches.items())]
 
 
 def run(req: Request) -> Dict[str, Any]:
@@ -841,7 +847,8 @@ def _run(req: Request, ids: List[int], inst: Installation, result: Dict[str, Any
                   sha256_after=main.sha256, record_sha256=main.record_sha256)
     if main.state in ("drift", "missing"):
         _refuse(main.path, "file is %s (%s)" % (main.state, main.reason))
-    assert main.pristine_text is not None
+    if main.pristine_text is None:
+        raise AssertionError("a patched file has no pristine text")
     shape = Shape(body=detect_body(main.pristine_text), forward=detect_forward(main.pristine_text))
     companions: List[FileProbe] = []
     for rel in COMPANION_FILES:
@@ -871,19 +878,20 @@ def _run(req: Request, ids: List[int], inst: Installation, result: Dict[str, Any
             if mine:
                 plan.append((probe, mine))
         result["companion"] = {"needed": True, "template": dec.companion,
-                               "files": [p.rel for p, _ in plan[1:]]}
-    for probe, _ in plan:
+                               "files": [p.rel for p, _planned in plan[1:]]}
+    for probe, _planned in plan:
         if probe.state == "drift":
             _refuse(probe.path, "file is drift (%s)" % probe.reason)
     if req.state == "absent":
-        _restore(req, inst, [p for p, _ in plan], result)
+        _restore(req, inst, [p for p, _planned in plan], result)
     else:
         _present(req, ids, inst, plan, result)
 
 
 def _native(main: FileProbe, ids: List[int], result: Dict[str, Any]) -> None:
     """0.5.14+: no source change; prove the translated ids reach layers_to_capture."""
-    assert main.pristine_text is not None
+    if main.pristine_text is None:
+        raise AssertionError("a patched file has no pristine text")
     errors = semantic_check_native(main.pristine_text, ids)
     result["checks"] = {"compiled": None, "semantic": not errors}
     if errors:
@@ -914,7 +922,8 @@ def _restore(req: Request, inst: Installation, probes: List[FileProbe], result: 
 
 
 def verify_texts(texts: Dict[str, str], pristine: Dict[str, str], ids: Sequence[int], paths: Dict[str, str],
-                 python: Optional[str], on_disk: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any], List[str]]:
+                 python: Optional[str], on_disk: bool,
+                 run_command: Optional[RunCommand] = None) -> Tuple[List[Dict[str, Any]], Dict[str, Any], List[str]]:
     """Evidence, compile and semantic checks over patched texts (on disk, or in memory for check mode)."""
     evidence: List[Dict[str, Any]] = []
     errors: List[str] = []
@@ -925,7 +934,7 @@ def verify_texts(texts: Dict[str, str], pristine: Dict[str, str], ids: Sequence[
     compiled = True
     for rel, text in texts.items():
         if on_disk:
-            problem = compile_check(paths[rel], python)
+            problem = compile_check(paths[rel], python, run_command)
         else:
             try:
                 compile(text, paths[rel], "exec", dont_inherit=True)
@@ -948,7 +957,8 @@ def _present(req: Request, ids: List[int], inst: Installation,
     paths: Dict[str, str] = {}
     to_write: List[FileProbe] = []
     for probe, hunks in plan:
-        assert probe.pristine_text is not None
+        if probe.pristine_text is None:
+            raise AssertionError("a patched file has no pristine text")
         res = apply_hunks(probe.pristine_text, hunks)
         if res.state != "clean":
             _refuse(probe.path, "patch does not apply to the pristine file: %s" % (res.reason or res.state))
@@ -959,7 +969,8 @@ def _present(req: Request, ids: List[int], inst: Installation,
     pending = ", ".join(p.rel for p in to_write)
     if req.state == "audit" or req.check_mode:
         # Verify what the files would be, without touching them.
-        evidence, checks, errors = verify_texts(targets, pristine, ids, paths, req.python, on_disk=False)
+        evidence, checks, errors = verify_texts(targets, pristine, ids, paths, req.python, on_disk=False,
+                                                run_command=req.run_command)
         result.update(evidence=evidence, checks=checks)
         if req.state == "audit":
             result["diff"] = []
@@ -981,7 +992,8 @@ def _present(req: Request, ids: List[int], inst: Installation,
             atomic_write(probe.path, targets[probe.rel].encode("utf-8"))
             written.append(probe)
         on_disk = {rel: read_text(paths[rel])[1] for rel in targets}
-        evidence, checks, errors = verify_texts(on_disk, pristine, ids, paths, req.python, on_disk=True)
+        evidence, checks, errors = verify_texts(on_disk, pristine, ids, paths, req.python, on_disk=True,
+                                                run_command=req.run_command)
         if errors:
             raise EngineError("verification failed after writing, pristine files restored: " + "; ".join(errors))
     except BaseException:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def component_hash(spec: str) -> str:
@@ -58,10 +57,14 @@ def decide(current: Dict[str, str], recorded: Dict[str, Any], active: bool) -> L
     return reasons
 
 
-def service_active(name: str) -> bool:
-    """``systemctl is-active --quiet``; False when systemctl itself is absent."""
-    try:
-        res = subprocess.run(["systemctl", "is-active", "--quiet", name], check=False)
-    except OSError:
+def service_active(name: str, run_command: Callable[[List[str]], Tuple[int, str, str]],
+                   which: Callable[[str], Optional[str]]) -> bool:
+    """``systemctl is-active --quiet``; False when systemctl itself is absent.
+
+    ``run_command`` and ``which`` are the module's (AnsibleModule.run_command,
+    get_bin_path), so the logic here stays free of Ansible imports.
+    """
+    systemctl = which("systemctl")
+    if not systemctl:
         return False
-    return res.returncode == 0
+    return run_command([systemctl, "is-active", "--quiet", name])[0] == 0

@@ -313,7 +313,7 @@ def main():
     req = Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state=p["state"],
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"],
-        python=p["python"], check_mode=module.check_mode,
+        python=p["python"], check_mode=module.check_mode, run_command=module.run_command,
     )
     if p["state"] == "audit":
         result = audit_memoized(req, p["memo_file"], write=False)

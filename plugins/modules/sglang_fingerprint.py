@@ -156,7 +156,7 @@ def main() -> None:
     p = module.params
     current = current_fingerprint(p["components"])
     recorded = load_recorded(p["state_file"])
-    active = service_active(p["service"])
+    active = service_active(p["service"], module.run_command, module.get_bin_path)
     reasons = decide(current, recorded, active)
     result = dict(changed=False, current=current, recorded=recorded.get("components", {}),
                   active=active, reasons=reasons, restart_needed=bool(reasons))

@@ -89,12 +89,12 @@ last_error:
   description: Why the last poll failed; empty when it succeeded.
   type: str
   returned: always
-  sample: "URLError: <urlopen error [Errno 111] Connection refused>"
+  sample: "URLError: [Errno 111] Connection refused"
 msg:
   description: Why the server is not ready yet, or what failed once it was.
   type: str
   returned: when not ready, and on failure
-  sample: "http://127.0.0.1:30000/health_generate not healthy after 60 polls in 60s (last: URLError: <urlopen error [Errno 111] Connection refused>)"
+  sample: "http://127.0.0.1:30000/health_generate not healthy after 60 polls in 60s (last: URLError: [Errno 111] Connection refused)"
 info:
   description: The JSON object C(/get_server_info) answered before the live requests.
   type: dict
@@ -171,7 +171,7 @@ def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sl
     polls, status, error = 0, None, ""
     while True:
         polls += 1
-        status, _, error = request(base + "/health_generate", timeout)
+        status, _answer, error = request(base + "/health_generate", timeout)
         if status == 200:
             return True, status, polls, ""
         if clock() + delay > deadline:
@@ -210,8 +210,9 @@ def main():
         code, answer, error = request(base + "/generate", p["generate_timeout"], body={
             "text": text, "sampling_params": {"max_new_tokens": p["max_new_tokens"], "temperature": 0}})
         if code != 200 or not isinstance(answer, dict):
-            module.fail_json(msg="live request %d of %d failed: %s" % (len(live) + 1, len(p["prompts"]),
-                                                                     error or "HTTP %s" % code), live=live, **result)
+            why = error or "HTTP %s" % code
+            module.fail_json(msg="live request %d of %d failed: %s" % (len(live) + 1, len(p["prompts"]), why),
+                             live=live, **result)
         live.append(answer)
     result["live"] = live
     code, after, error = request(base + "/get_server_info", p["request_timeout"])

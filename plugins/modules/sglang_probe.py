@@ -397,7 +397,7 @@ def fingerprint_reasons(components, state_file, audit, style):
     return ["fingerprint differs (%s): restart needed" % ", ".join(names)], info
 
 
-def probe(p, check_mode=False):
+def probe(p, check_mode=False, run_command=None, which=None):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
                   fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False)
@@ -424,7 +424,7 @@ def probe(p, check_mode=False):
         fp_reasons, result["fingerprint"] = fingerprint_reasons(
             p["fingerprint_components"] or {}, p["fingerprint_file"], audit, p["fingerprint_style"])
         reasons += fp_reasons
-        result["active"] = service_active(p["service"])
+        result["active"] = service_active(p["service"], run_command, which)
         if not result["active"]:
             reasons.append("service %s not active" % p["service"])
         # Every finding changes a fingerprint component (or starts the service).
@@ -463,7 +463,8 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**probe(module.params, check_mode=module.check_mode))
+    module.exit_json(**probe(module.params, check_mode=module.check_mode, run_command=module.run_command,
+                             which=module.get_bin_path))
 
 
 if __name__ == "__main__":
