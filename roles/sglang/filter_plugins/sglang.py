@@ -1,8 +1,10 @@
 """Controller-side filters that reuse the role's own validation code.
 
-The rules live once, in module_utils/sglang_speculative.py, where they are unit
-tested; preflight asserts call them through these filters so that a bad value is
-refused on the controller, before any host is touched.
+The rules live once, in module_utils/sglang_speculative.py (flags, layer ids)
+and module_utils/sglang_service.py (the unit's sandbox paths and extra
+directives), where they are unit tested; preflight asserts and the unit template
+call them through these filters so that a bad value is refused on the
+controller, before any host is touched.
 """
 from __future__ import annotations
 
@@ -10,16 +12,23 @@ import importlib.util
 import os
 from typing import Any
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                     "module_utils", "sglang_speculative.py")
+_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 
 
-def _logic() -> Any:
-    spec = importlib.util.spec_from_file_location("sglang_role_speculative", _PATH)
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location("sglang_role_" + name, os.path.join(_UTILS, name + ".py"))
     module = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
+
+
+def _logic() -> Any:
+    return _load("sglang_speculative")
+
+
+def _service() -> Any:
+    return _load("sglang_service")
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
@@ -56,6 +65,21 @@ def flag_lines(args: list[str]) -> list[list[str]]:
     return lines
 
 
+def extra_directive_errors(value: Any, var: str = "sglang_service_extra_directives") -> list[str]:
+    """Extra unit directives that would not read back as the user wrote them."""
+    return _service().validate_extra_directives(value, var=var)
+
+
+def directive_lines(value: Any, section: str) -> list[str]:
+    """``Key=value`` lines of sglang_service_extra_directives for one unit section."""
+    return _service().directive_lines(value, section)
+
+
+def service_paths(home: str, model_paths: list[Any], environment: Any = None) -> dict[str, Any]:
+    """ReadWritePaths, ReadOnlyPaths and ProtectHome for the unit's sandbox."""
+    return _service().service_paths(home, model_paths, environment)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -63,4 +87,7 @@ class FilterModule:
             "sglang_speculative_errors": speculative_errors,
             "sglang_server_args": server_args,
             "sglang_flag_lines": flag_lines,
+            "sglang_service_extra_directive_errors": extra_directive_errors,
+            "sglang_service_directive_lines": directive_lines,
+            "sglang_service_paths": service_paths,
         }
