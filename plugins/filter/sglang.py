@@ -2,9 +2,11 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side filters that reuse the role's own validation code.
 
-The rules live once, in plugins/module_utils/sglang_speculative.py, where they are unit
-tested; preflight asserts call them through these filters so that a bad value is
-refused on the controller, before any host is touched.
+The rules live once, in plugins/module_utils/sglang_speculative.py (flags, layer ids)
+and plugins/module_utils/sglang_service.py (the unit's sandbox paths and extra
+directives), where they are unit tested; preflight asserts and the unit template
+call them through these filters so that a bad value is refused on the
+controller, before any host is touched.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import re
 from typing import Any
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
@@ -48,6 +51,21 @@ def flag_lines(args: list[str]) -> list[list[str]]:
     return lines
 
 
+def extra_directive_errors(value: Any, var: str = "sglang_service_extra_directives") -> list[str]:
+    """Extra unit directives that would not read back as the user wrote them."""
+    return _service.validate_extra_directives(value, var=var)
+
+
+def directive_lines(value: Any, section: str) -> list[str]:
+    """``Key=value`` lines of sglang_service_extra_directives for one unit section."""
+    return _service.directive_lines(value, section)
+
+
+def service_paths(home: str, model_paths: list[Any], environment: Any = None) -> dict[str, Any]:
+    """ReadWritePaths, ReadOnlyPaths and ProtectHome for the unit's sandbox."""
+    return _service.service_paths(home, model_paths, environment)
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -55,4 +73,7 @@ class FilterModule:
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,
+            "service_extra_directive_errors": extra_directive_errors,
+            "service_directive_lines": directive_lines,
+            "service_paths": service_paths,
         }

@@ -2,6 +2,22 @@
 from __future__ import annotations
 
 import json
+import re
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+from scenario_helpers import PROJECT, run_playbook  # noqa: E402
+
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+ENV_FILE = "/etc/sglang/sglang.env"
+BACKUPS = "/var/lib/sglang-remediation/backup"
+# Everywhere on the host the role, the server or systemd could write a token.
+HOST_PATHS = "/etc /var /run /tmp /root /opt /models /usr/local/lib/sglang-test-double"
 
 DEEPSEEK = "/opt/sglang/venv/lib/python3.{minor}/site-packages/sglang/srt/models/deepseek_v2.py"
 
@@ -51,11 +67,26 @@ def test_unit_renders_the_fixed_flags_one_per_line(host):
 
 
 def test_secrets_only_in_the_0600_environment_file(host):
-    env = host.file("/etc/sglang/sglang.env")
+    env = host.file(ENV_FILE)
     assert env.mode == 0o600 and env.user == "root"
+    assert host.file("/etc/sglang").mode == 0o750 and host.file("/etc/sglang").user == "root"
     assert 'HF_TOKEN="hf_demo_not_a_real_token"' in env.content_string
     journal = host.check_output("journalctl --no-pager -o cat")
     assert "hf_demo_not_a_real_token" not in journal
+
+
+def _exposure(host) -> float:
+    out = host.check_output("systemd-analyze security sglang.service")
+    return float(re.search(r"Overall exposure level for sglang\.service: ([0-9.]+)", out).group(1))
+
+
+def test_the_default_profile_exposes_at_most_4_5(host):
+    # side_effect.yml measured the strict profile (lower) and came back to this one.
+    unit = host.file("/etc/systemd/system/sglang.service").content_string
+    assert "ProtectSystem=strict" in unit and "ReadWritePaths=/var/lib/sglang" in unit
+    directives = {line.split("=", 1)[0] for line in unit.splitlines() if re.match(r"^[A-Za-z]+=", line)}
+    assert not directives & {"DevicePolicy", "DeviceAllow", "PrivateDevices", "SystemCallFilter", "ProtectClock"}
+    assert _exposure(host) <= 4.5
 
 
 def test_patched_file_carries_the_embedding_capture(host):
@@ -85,3 +116,65 @@ def test_speculative_decoding_accepts_more_than_the_incident(host):
     assert meta["spec_accept_length"] > 2.5  # the incident accepted ~1.6
     states = _get(host, "/get_server_info")["internal_states"]
     assert states[0]["avg_spec_accept_length"] > 2.5
+
+
+# --------------------------------------------------------------------------- #
+# A fake token through remediate, --check --diff, audit and rollback
+# --------------------------------------------------------------------------- #
+
+
+def _grep_host(host, *needles: str) -> list:
+    """Files on the host holding any needle, with mode and owner."""
+    pattern = " ".join("-e %s" % n for n in needles)
+    res = host.run("grep -rlsF %s %s | xargs -r stat -c '%%a %%U %%n'" % (pattern, HOST_PATHS))
+    return sorted(res.stdout.splitlines())
+
+
+def test_a_token_reaches_only_the_0600_environment_file(host):
+    """Remediate, check, audit and roll back with fake tokens; grep all that was written or printed.
+
+    Runs last and leaves the host rolled back (pristine file, previous unit): a
+    second ``molecule verify`` needs a ``molecule converge`` first. Converging
+    back here would cost every CI run another restart.
+    """
+    token, drift_token = ("fake-token-" + secrets.token_hex(8) for _ in range(2))
+    demo = yaml.safe_load(DEMO_VARS.read_text())
+    base_env = dict(demo["sglang_environment"])
+    with tempfile.TemporaryDirectory() as reports:
+        callbacks = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks,sglang_report",
+                     "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT / "callback_plugins"), "SGLANG_REPORT_DIR": reports}
+        demo_vars = ["-e", "@%s" % DEMO_VARS]
+
+        def play(name: str, env: dict, *args: str):
+            return run_playbook(PROJECT / "playbooks" / name, extra_vars={"sglang_environment": env},
+                                args=[*demo_vars, *args], env=callbacks)
+
+        runs = {"remediate --diff -v": play("remediate.yml", dict(base_env, HF_TOKEN=token), "--diff", "-v")}
+        assert runs["remediate --diff -v"].rc == 0, runs["remediate --diff -v"].tail()
+        # The replaced file (the demo token) was kept 0600 under the state dir, not next to the live one.
+        assert host.run("ls /etc/sglang").stdout.split() == ["sglang.env"]
+        kept = host.run("stat -c '%%a %%U %%n' %s/sglang.env.*~" % BACKUPS).stdout.split()
+        assert kept[:2] == ["600", "root"], kept
+
+        drifted = dict(base_env, HF_TOKEN=drift_token)
+        runs["remediate --check --diff"] = play("remediate.yml", drifted, "--check", "--diff")
+        assert runs["remediate --check --diff"].rc == 0, runs["remediate --check --diff"].tail()
+        runs["audit"] = play("audit.yml", drifted)
+        assert runs["audit"].rc != 0 and "environment" in runs["audit"].output, runs["audit"].tail()
+        assert _grep_host(host, token, drift_token) == ["600 root %s" % ENV_FILE]
+
+        runs["rollback"] = play("rollback.yml", dict(base_env, HF_TOKEN=token))
+        assert runs["rollback"].rc == 0, runs["rollback"].tail()
+        assert 'HF_TOKEN="hf_demo_not_a_real_token"' in host.file(ENV_FILE).content_string
+        assert host.service("sglang").is_running
+
+        for name, run in runs.items():
+            assert token not in run.output and drift_token not in run.output, name
+        written = [str(p) for p in Path(reports).rglob("*") if p.is_file()]
+        assert written, "the report callback wrote nothing"
+        for path in written:
+            text = Path(path).read_text(errors="replace")
+            assert token not in text and drift_token not in text, path
+    assert _grep_host(host, token, drift_token) == []
+    journal = host.check_output("journalctl --no-pager -o cat")
+    assert token not in journal and drift_token not in journal
