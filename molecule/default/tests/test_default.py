@@ -141,8 +141,8 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
     demo = yaml.safe_load(DEMO_VARS.read_text())
     base_env = dict(demo["sglang_environment"])
     with tempfile.TemporaryDirectory() as reports:
-        callbacks = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks,sglang_report",
-                     "ANSIBLE_CALLBACK_PLUGINS": str(PROJECT / "callback_plugins"), "SGLANG_REPORT_DIR": reports}
+        callbacks = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks,fleetops.sglang.sglang_report",
+                     "SGLANG_REPORT_DIR": reports}
         demo_vars = ["-e", "@%s" % DEMO_VARS]
 
         def play(name: str, env: dict, *args: str):
