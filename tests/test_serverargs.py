@@ -184,15 +184,14 @@ def test_flags_that_came_and_went(tables):
 def test_memo_answers_while_the_bytes_hold(tmp_path):
     site = sglang_wheels.extract_server_args("0.5.9", tmp_path / "site")
     memo = tmp_path / "memo.json"
-    table, how = S.read_flag_table_memoized(str(site), str(memo), write=False)
-    assert how == "miss" and not memo.exists()
-    table, how = S.read_flag_table_memoized(str(site), str(memo), write=True)
-    assert how == "miss" and memo.exists()
-    again, how = S.read_flag_table_memoized(str(site), str(memo), write=True)
-    assert how == "hit" and again == table
+    table, how, key = S.read_flag_table_memoized(str(site), str(memo))
+    assert how == "miss" and key and not memo.exists()
+    assert S.store_table_memo(str(memo), key, table) and memo.exists()
+    again, how, key = S.read_flag_table_memoized(str(site), str(memo))
+    assert how == "hit" and again == table and key is None
     path = site / "sglang" / "srt" / "server_args.py"
     path.write_text(path.read_text().replace('"--enable-metrics"', '"--enable-metrics-x"'))
-    changed, how = S.read_flag_table_memoized(str(site), str(memo), write=False)
+    changed, how, _ = S.read_flag_table_memoized(str(site), str(memo))
     assert how == "miss" and "--enable-metrics-x" in changed["options"]
 
 

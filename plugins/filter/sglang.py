@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 
 
@@ -34,6 +35,11 @@ def server_args(_: Any = None, **kwargs: Any) -> list[str]:
     return _rules.render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
 
 
+def managed_flags(_: Any = None) -> dict[str, str]:
+    """Each flag the role renders and the variable that sets it (for the parse's report)."""
+    return dict(_flags.MANAGED_FLAGS)
+
+
 def flag_lines(args: list[str]) -> list[list[str]]:
     """Group argv into one flag and its values per line, for a unit a human can read."""
     lines: list[list[str]] = []
@@ -52,4 +58,5 @@ class FilterModule:
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,
+            "managed_flags": managed_flags,
         }

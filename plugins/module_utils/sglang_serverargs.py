@@ -378,34 +378,42 @@ def table_key(site: str) -> Optional[str]:
     return h.hexdigest()
 
 
-def read_flag_table_memoized(site: str, memo_file: Optional[str], write: bool) -> Tuple[Dict[str, Any], str]:
+def read_flag_table_memoized(site: str, memo_file: Optional[str]) -> Tuple[Dict[str, Any], str, Optional[str]]:
     """``read_flag_table`` answered from ``memo_file`` while every byte it reads is unchanged.
 
-    Returns (table, "hit" | "miss" | "off"). Hashing the files costs far less than
-    parsing ~10k lines; a memo that cannot be read or written only costs the parse.
+    Returns (table, "hit" | "miss" | "off", key to store a miss under). Hashing the
+    files costs far less than parsing ~10k lines; a memo that cannot be read only
+    costs the parse.
     """
     key = table_key(site) if memo_file else None
     if key is None:
-        return read_flag_table(site), "off"
+        return read_flag_table(site), "off", None
     try:
         with open(memo_file, encoding="utf-8") as handle:
             memo = json.load(handle)
         if isinstance(memo, dict) and memo.get("key") == key and isinstance(memo.get("table"), dict):
-            return memo["table"], "hit"
+            return memo["table"], "hit", None
     except (OSError, ValueError):
         pass
     table = read_flag_table(site)
-    if write and table_key(site) == key:
-        try:
-            directory = os.path.dirname(memo_file) or "."
-            os.makedirs(directory, mode=0o755, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(memo_file) + ".", dir=directory)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"key": key, "table": table}, handle)
-            os.replace(tmp, memo_file)
-        except OSError:
-            pass
-    return table, "miss"
+    # A file that changed while it was read leaves nothing to store.
+    return table, "miss", key if table_key(site) == key else None
+
+
+def store_table_memo(memo_file: str, key: Optional[str], table: Dict[str, Any]) -> bool:
+    """Store a missed table; False when there is nothing to store or it cannot be written."""
+    if not key:
+        return False
+    try:
+        directory = os.path.dirname(memo_file) or "."
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(memo_file) + ".", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"key": key, "table": table}, handle)
+        os.replace(tmp, memo_file)
+        return True
+    except OSError:
+        return False
 
 
 def site_packages(venv: str) -> Optional[str]:
@@ -560,16 +568,24 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
     return errors
 
 
-def check_venv(venv: str, extra_args: Sequence[Any], release: str = "", memo_file: Optional[str] = None,
-               memo_write: bool = False) -> Dict[str, Any]:
-    """Read the release in ``venv`` and judge ``extra_args``; ``checked`` False without an install."""
+def check_venv(venv: str, extra_args: Sequence[Any], release: str = "",
+               memo_file: Optional[str] = None) -> Dict[str, Any]:
+    """Read the release in ``venv`` and judge ``extra_args``; ``checked`` False without an install.
+
+    The result carries ``memo_key`` after a miss, for ``store_table_memo`` once the
+    caller knows the run ends well (a refused host keeps its files as they were).
+    """
     site = site_packages(venv)
     result = {"checked": False, "errors": [], "allow_abbrev": None, "options": 0, "memo": "off",
-              "sources": []}  # type: Dict[str, Any]
+              "sources": [], "memo_key": None, "table": None}  # type: Dict[str, Any]
     if site is None or not os.path.isfile(os.path.join(site, SERVER_ARGS_FILE)):
         return result
-    table, memo = read_flag_table_memoized(site, memo_file, memo_write)
-    result.update(checked=True, memo=memo, allow_abbrev=table["allow_abbrev"],
+    if not extra_args:
+        # Nothing appended, nothing to judge: the rendered flags are the role's own.
+        result["checked"] = True
+        return result
+    table, memo, key = read_flag_table_memoized(site, memo_file)
+    result.update(checked=True, memo=memo, memo_key=key, table=table, allow_abbrev=table["allow_abbrev"],
                   options=len(table["options"]), sources=table["sources"],
                   errors=extra_args_errors(extra_args, table, release))
     return result
