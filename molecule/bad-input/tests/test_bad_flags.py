@@ -30,8 +30,8 @@ CASES = {
     "two_batch_overlap": ({"sglang_extra_args": ["--enable-two-batch-overlap"]},
                           ["sglang_extra_args[0] is '--enable-two-batch-overlap', refused",
                            "model_forward_maybe_tbo"]),
-    "ambiguous_prefix": ({"sglang_extra_args": ["--speculative-draft", "/models/x"]},
-                         ["sglang_extra_args[0] is '--speculative-draft', an abbreviation that matches"]),
+    "ambiguous_prefix": ({"sglang_extra_args": ["--enable-dp"]},
+                         ["sglang_extra_args[0] is '--enable-dp', an abbreviation that matches"]),
     # Without the probe the same check runs in preflight_host.yml, before the install.
     "prefix_without_the_fast_path": ({"sglang_fast_path": False, "sglang_extra_args": ["--tp", "4"]},
                                      ["sglang_extra_args[0] is '--tp' (an abbreviation of --tp-size)"]),
