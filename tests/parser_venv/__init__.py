@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Dict, Iterator, Optional
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -140,11 +140,6 @@ def ensure_release(python: str, version: str) -> Path:
         (target / ".stamp").write_text(stamp)
         TIMINGS[version] = time.monotonic() - start
     return target
-
-
-def runner(python: str, version: str) -> List[str]:
-    """argv prefix that runs Python with the release importable: env is set by the caller."""
-    return [str(ensure_base(python) / "bin" / "python")]
 
 
 def env_for(target: Path) -> Dict[str, str]:
