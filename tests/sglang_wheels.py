@@ -63,6 +63,22 @@ def make_venv(version: str, root: Path, pyver: str = "python3.12") -> Path:
     return root
 
 
+def extract_server_args(version: str, root: Path) -> Path:
+    """``root`` as a site-packages holding the files that define the release's launch flags.
+
+    ``sglang/srt/server_args.py`` and, from 0.5.20, ``sglang/srt/arg_groups/fields/*.py``
+    (plus the dist-info METADATA): what plugins/module_utils/sglang_serverargs.py reads.
+    """
+    wheel = fetch_wheel(version)
+    info = "sglang-%s.dist-info/METADATA" % version
+    with zipfile.ZipFile(wheel) as zf:
+        for name in zf.namelist():
+            if name in ("sglang/srt/server_args.py", info) or (
+                    name.startswith("sglang/srt/arg_groups/fields/") and name.endswith(".py")):
+                zf.extract(name, root)
+    return root
+
+
 def available_versions(pip: Optional[List[str]] = None) -> List[str]:
     """All sglang versions the configured index offers, newest first (pip index)."""
     cmd = (pip or [sys.executable, "-m", "pip"]) + ["index", "versions", "sglang"]

@@ -412,3 +412,65 @@ def test_role_rendered_sglang_component_matches_the_probe(make_venv, patches, tm
         capture_output=True, text=True, env=env, cwd=str(work), timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ sglang_extra_args
+
+
+def with_server_args(h: Host) -> Host:
+    """The release's own server_args.py (and 0.5.20+ field files) in the host's venv."""
+    import sglang_wheels
+    sglang_wheels.extract_server_args(h.version, next(h.venv.glob("lib/python3*/site-packages")))
+    return h
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.14"])
+def test_bad_extra_args_fail_the_probe_before_anything_is_touched(host, version):
+    h = with_server_args(host(version))
+    before = tree_snapshot(h.tmp)
+    memo = h.tmp / "state" / "flags-memo.json"
+    rc, res = run_module(MODULE, h.tmp, h.args(extra_args=["--log-level", "info", "--speculative-num-st", "2",
+                                                           "--enable-two-batch-overlap", "--no-such-flag"],
+                                               flags_memo_file=str(memo), memo_write=True))
+    assert rc != 0 and res["failed"], res
+    assert res["msg"].startswith("sglang_extra_args cannot be run by SGLang %s as rendered: " % version)
+    errors = res["server_flags"]["errors"]
+    assert [e.split(" is ", 1)[0] for e in errors] == ["sglang_extra_args[2]", "sglang_extra_args[4]",
+                                                       "sglang_extra_args[5]"]
+    assert "set sglang_speculative_num_steps instead" in errors[0]
+    assert "model_forward_maybe_tbo" in errors[1] and "does not accept" in errors[2]
+    after = tree_snapshot(h.tmp)
+    for snap in (before, after):
+        snap.pop(str(h.tmp / "args-sglang_probe.json"), None)
+    assert after == before  # no memo written for a refused host
+
+
+def test_good_extra_args_keep_the_host_compliant_and_memoize_the_table(host):
+    h = with_server_args(host("0.5.9"))
+    memo = h.tmp / "state" / "flags-memo.json"
+    extra = ["--log-level", "info", "--context-length=32768", "--enable-torch-compile"]
+    res = h.probe(extra_args=extra, flags_memo_file=str(memo), memo_write=True)
+    assert res["compliant"] is True, res["reasons"]
+    assert res["server_flags"]["checked"] is True and res["server_flags"]["errors"] == []
+    assert res["server_flags"]["memo"] == "miss" and memo.is_file()
+    again = h.probe(extra_args=extra, flags_memo_file=str(memo), memo_write=True)
+    assert again["server_flags"]["memo"] == "hit" and again["compliant"] is True
+    # No extra args: nothing to judge, nothing read.
+    plain = h.probe()
+    assert plain["server_flags"]["checked"] is True and plain["server_flags"].get("options") == 0
+
+
+def test_the_server_flags_module_checks_after_the_install(host, tmp_path):
+    module = MODULES / "sglang_server_flags.py"
+    h = with_server_args(host("0.5.23"))
+    rc, res = run_module(module, tmp_path, dict(venv=str(h.venv), extra_args=["--tp", "4"], required=True))
+    assert rc != 0 and "sglang_extra_args[0] is '--tp' (an abbreviation of --tp-size)" in res["msg"], res
+    assert "set sglang_tp_size instead" in res["msg"]
+    rc, res = run_module(module, tmp_path, dict(venv=str(h.venv), extra_args=["--log-level", "info"],
+                                                expected_version="0.5.23"))
+    assert rc == 0 and res["checked"] and res["errors"] == [] and res["allow_abbrev"] is True, res
+    rc, res = run_module(module, tmp_path, dict(venv=str(h.venv), extra_args=["--bogus"],
+                                                expected_version="0.5.9"))
+    assert rc == 0 and not res["checked"] and "checked after the install" in res["reason"], res
+    rc, res = run_module(module, tmp_path, dict(venv=str(tmp_path / "none"), extra_args=["--x"], required=True))
+    assert rc != 0 and "no SGLang installed" in res["msg"]

@@ -110,7 +110,7 @@ def new_row(host: str) -> Dict[str, Any]:
         "host": host, "status": "not reached", "batch": None, "release": "", "decision": "",
         "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
         "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
-        "speculative_flags": {}, "drift": [], "restart_needed": None, "restarted": False,
+        "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "rolled_back": False, "health": "", "accept_length": None,
         "tokens_per_s": None, "error": "", "failed_task": "", "stats": {},
     }
@@ -300,7 +300,7 @@ class CallbackModule(CallbackBase):
                     "companion", "health", "mode"):
             if key in fact:
                 row[key] = fact[key] if fact[key] not in (None, "None") else ""
-        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift"):
+        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings"):
             if isinstance(fact.get(key), list):
                 row[key] = fact[key]
         if isinstance(fact.get("speculative_flags"), dict):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
 
@@ -38,6 +39,11 @@ def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     """The launch flags, one list item per argument, in a stable order."""
     ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port")
     return _rules.render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
+
+
+def managed_flags(_input: Any = None) -> dict[str, str]:
+    """Each flag the role renders and the variable that sets it (for the parse's report)."""
+    return dict(_flags.MANAGED_FLAGS)
 
 
 def flag_lines(args: list[str]) -> list[list[str]]:
@@ -76,4 +82,5 @@ class FilterModule:
             "service_extra_directive_errors": extra_directive_errors,
             "service_directive_lines": directive_lines,
             "service_paths": service_paths,
+            "managed_flags": managed_flags,
         }

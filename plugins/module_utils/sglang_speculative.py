@@ -388,12 +388,12 @@ def _check_extra_args(extra_args: Sequence[Any]) -> None:
     """Refuse extra args that are not strings or that re-set a managed flag."""
     for arg in extra_args:
         if not isinstance(arg, str):
-            raise ValueError("extra_args must be strings; got %s" % _describe(arg))
+            raise ValueError("sglang_extra_args items must be strings; got %s" % _describe(arg))
         name = arg.split("=", 1)[0]
         if name in MANAGED_FLAGS:
             raise ValueError(
-                "extra_args repeats %s, which the role sets from its own variable; "
-                "argparse would let the later value win silently. Set the role "
+                "sglang_extra_args repeats %s, which the role sets from its own variable; "
+                "argparse would let the later value win silently. Remove it and set the role "
                 "variable instead" % name
             )
 

@@ -111,6 +111,22 @@ options:
         is byte-identical the audit is answered from it instead of parsing SGLang again.
       - Without it the audit always runs in full.
     type: path
+  extra_args:
+    description:
+      - C(sglang_extra_args), judged against the flags the installed release accepts (read from its
+        C(server_args.py) with C(ast), see C(plugins/module_utils/sglang_serverargs.py)) when the pinned
+        release is installed. Any error fails the probe before anything on the host is touched.
+      - Taken as given (C(elements=raw)) so that a non-string item is refused, not converted.
+    type: list
+    elements: raw
+    default: []
+  flags_memo_file:
+    description:
+      - JSON file holding the release's flag table and the sha256 of every file it was read from;
+        while they are byte-identical the table is not parsed again. Stored under the same rule as
+        O(memo_file) (O(memo_write), compliant host only).
+      - Without it the table is read in full on every probe.
+    type: path
   memo_write:
     description:
       - Store a freshly computed audit in O(memo_file) when the host is compliant (the run ends
@@ -121,7 +137,7 @@ options:
     default: false
 notes:
   - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
-    fails only on invalid O(layer_ids).
+    fails only on invalid O(layer_ids) or on O(extra_args) the installed release would not run as rendered.
 seealso:
   - module: fleetops.sglang.sglang_eagle3
   - module: fleetops.sglang.sglang_fingerprint
@@ -264,6 +280,46 @@ restart_needed:
   type: bool
   returned: always
   sample: true
+server_flags:
+  description:
+    - The check of O(extra_args) against the installed release's own flags; C(checked=false) when the
+      pinned release is not installed (the role checks again after the install).
+  type: dict
+  returned: always
+  sample:
+    checked: true
+    errors: []
+    allow_abbrev: true
+    options: 343
+    memo: hit
+    sources: ["sglang/srt/server_args.py:ServerArgs.add_cli_args (331 add_argument calls)"]
+  contains:
+    checked:
+      description: Whether the release's flags were read.
+      type: bool
+      sample: true
+    errors:
+      description: Why O(extra_args) cannot be appended, each naming C(sglang_extra_args), the item and the fix.
+      type: list
+      elements: str
+      sample: []
+    allow_abbrev:
+      description: Whether the release's parser accepts unambiguous prefixes of a flag.
+      type: bool
+      sample: true
+    options:
+      description: How many option strings the release accepts.
+      type: int
+      sample: 343
+    memo:
+      description: V(hit) from O(flags_memo_file), V(miss) read, V(off) read without a memo.
+      type: str
+      sample: hit
+    sources:
+      description: Where the option strings were read from.
+      type: list
+      elements: str
+      sample: ["sglang/srt/server_args.py:ServerArgs.add_cli_args (331 add_argument calls)"]
 """
 
 EXAMPLES = r"""
@@ -285,6 +341,8 @@ EXAMPLES = r"""
     service: sglang
     memo_file: /var/lib/sglang-remediation/audit-memo.json
     memo_write: "{{ not ansible_check_mode }}"
+    extra_args: ["--log-level", "info"]
+    flags_memo_file: /var/lib/sglang-remediation/flags-memo.json
   register: probe
 
 - name: End the play for a compliant host
@@ -318,6 +376,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 impo
     store_audit_memo,
     validate_layer_ids,
 )
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
 
@@ -400,7 +459,9 @@ def fingerprint_reasons(components, state_file, audit, style):
 def probe(p, check_mode=False, run_command=None, which=None):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
-                  fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False)
+                  fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False,
+                  server_flags={"checked": False, "errors": []})
+    flags = {"memo_key": None, "table": None}
     reasons = result["reasons"]
     audit = audit_memoized(Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
@@ -415,6 +476,18 @@ def probe(p, check_mode=False, run_command=None, which=None):
         # What to patch is decided on the pinned release once it is installed.
         reasons.append("sglang %s installed, %s pinned" % (audit["release"], p["expected_version"]))
     else:
+        # The flags the pinned release accepts, before anything else is judged: a bad
+        # sglang_extra_args fails the probe, so nothing on the host is touched.
+        try:
+            flags = check_venv(p["venv"], p["extra_args"] or [], audit["release"], p["flags_memo_file"])
+        except (OSError, ValueError, SyntaxError) as exc:
+            flags = {"checked": False, "memo_key": None, "table": None,
+                     "errors": ["sglang_extra_args cannot be checked: the launch flags of SGLang %s could not "
+                                "be read (%s); empty sglang_extra_args or report the layout" % (audit["release"], exc)]}
+        result["server_flags"] = {k: v for k, v in flags.items() if k not in ("memo_key", "table")}
+        if flags["errors"]:
+            audit.pop("memo_key", None)
+            return result
         reasons += eagle3_reasons(audit)
         draft, found = draft_reasons(p["draft_config"], audit["draft_layer_ids"])
         reasons += draft
@@ -434,6 +507,8 @@ def probe(p, check_mode=False, run_command=None, which=None):
     # refused leaves the memo as it was (the patching module stores its own).
     if p["memo_write"] and not check_mode and result["compliant"] and p["memo_file"]:
         store_audit_memo(p["memo_file"], audit)
+    if p["memo_write"] and not check_mode and result["compliant"] and p["flags_memo_file"]:
+        store_table_memo(p["flags_memo_file"], flags["memo_key"], flags["table"])
     audit.pop("memo_key", None)
     return result
 
@@ -456,6 +531,8 @@ def main():
             service_manage=dict(type="bool", default=True),
             memo_file=dict(type="path"),
             memo_write=dict(type="bool", default=False),
+            extra_args=dict(type="list", elements="raw", default=[]),
+            flags_memo_file=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -463,8 +540,13 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**probe(module.params, check_mode=module.check_mode, run_command=module.run_command,
-                             which=module.get_bin_path))
+    result = probe(module.params, check_mode=module.check_mode, run_command=module.run_command,
+                   which=module.get_bin_path)
+    errors = result["server_flags"]["errors"]
+    if errors:
+        module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"
+                         % (result["release"], " ".join(errors)), **result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,156 @@
+"""roles/sglang/files/parse_server_args.py run by SGLang itself, on CPU, one release per family.
+
+The venv (tests/parser_venv) holds torch CPU and the release installed --no-deps
+with only the packages prepare_server_args needs. What is proven here:
+
+* the role's defaults pass, and SGLang's own warnings come back;
+* with the 15/1/16 rule taken out of the role, the parse alone refuses 1/1/16 and
+  names the variable, the rendered 16 and the 2 SGLang would run;
+* an alias in sglang_extra_args that the static check would refuse is also
+  caught by the comparison (the static check is bypassed to show it);
+* the flag table sglang_serverargs reads with ast equals SGLang's argparse.
+
+Set SGLANG_PARSER_TESTS=0 to skip (the first build takes a few minutes).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import parser_venv
+from conftest import MODULE_UTILS_DIR, REPO, ROLE
+
+SCRIPT = ROLE / "files" / "parse_server_args.py"
+RELEASES = ["0.5.9", "0.5.12.post1", "0.5.14", "0.5.23"]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, MODULE_UTILS_DIR / (name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+RULES = _load("sglang_speculative")
+FLAGS = _load("sglang_serverargs")
+VARIABLES = dict(FLAGS.MANAGED_FLAGS)
+
+pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
+                                reason="SGLANG_PARSER_TESTS=0")
+
+
+@pytest.fixture(scope="session")
+def python311():
+    python = parser_venv.find_python()
+    if python is None:
+        pytest.skip("no Python 3.11 for the parser venv (set SGLANG_PARSER_PYTHON)")
+    return python
+
+
+@pytest.fixture(scope="session")
+def release(python311):
+    """version -> (python, env) with that release importable."""
+    base = parser_venv.ensure_base(python311)
+    cache = {}
+
+    def get(version):
+        if version not in cache:
+            target = parser_venv.ensure_release(python311, version)
+            cache[version] = (str(base / "bin" / "python"), parser_venv.env_for(target))
+        return cache[version]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """The DeepSeek-V3 target config and an EAGLE-3 draft config (no weights)."""
+    root = tmp_path_factory.mktemp("models")
+    for name in ("deepseek-v3", "deepseek-v3-eagle3"):
+        shutil.copytree(REPO / "files" / "models" / name, root / name)
+    return root / "deepseek-v3", root / "deepseek-v3-eagle3"
+
+
+def render(models, **overrides):
+    target, draft = models
+    kwargs = dict(model_path=str(target), draft_model_path=str(draft), speculative_algorithm="EAGLE3",
+                  num_steps=15, eagle_topk=1, num_draft_tokens=16, tp_size=8, pp_size=1,
+                  host="127.0.0.1", port=30000)
+    kwargs.update(overrides)
+    return RULES.render_server_args(**kwargs)
+
+
+def parse(release, version, argv, extra=0):
+    python, env = release(version)
+    request = {"argv": argv, "extra": extra, "variables": VARIABLES}
+    proc = subprocess.run([python, "-c", SCRIPT.read_text(), json.dumps(request)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_role_defaults_pass_with_sglangs_warnings(release, models, version):
+    rc, out = parse(release, version, render(models))
+    assert (rc, out["status"]) == (0, "ok"), out
+    assert out["differences"] == [] and out["device"] == ["cpu"]
+    # Every managed flag the role rendered was compared with what SGLang resolved.
+    assert out["compared"] == 9 and out["not_compared"] == []
+    assert any("Max running requests is reset to 48" in w for w in out["warnings"]), out["warnings"]
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_parse_alone_refuses_the_incident(release, models, monkeypatch, version):
+    """The 15/1/16 rule taken out: nothing static stops 1/1/16, SGLang's resolution does."""
+    monkeypatch.setattr(RULES, "validate_speculative", lambda *a, **k: [])
+    argv = render(models, num_steps=1, eagle_topk=1, num_draft_tokens=16)
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"
+    rc, out = parse(release, version, argv)
+    assert (rc, out["status"]) == (4, "refused"), out
+    assert out["differences"] == [{"variable": "sglang_speculative_num_draft_tokens",
+                                   "flag": "--speculative-num-draft-tokens",
+                                   "dest": "speculative_num_draft_tokens", "rendered": 16, "resolved": 2}]
+    assert "sglang_speculative_num_draft_tokens (--speculative-num-draft-tokens): rendered 16, " \
+           "SGLang would run 2" in out["msg"]
+    assert any("speculative_num_draft_tokens is adjusted" in w for w in out["warnings"]), out["warnings"]
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_an_override_in_extra_args_is_caught_by_the_comparison(release, models, version):
+    extra = ["--tensor-parallel-size", "4", "--speculative-num-st", "2"]
+    rc, out = parse(release, version, render(models) + extra, extra=len(extra))
+    assert rc == 4, out
+    by_var = {d["variable"]: (d["rendered"], d["resolved"]) for d in out["differences"]}
+    assert by_var == {"sglang_tp_size": (8, 4), "sglang_speculative_num_steps": (15, 2),
+                      "sglang_speculative_num_draft_tokens": (16, 3)}
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_sglangs_parser_refusing_an_unknown_flag(release, models, version):
+    rc, out = parse(release, version, render(models) + ["--no-such-flag"], extra=1)
+    assert (rc, out["status"]) == (4, "refused") and "unrecognized arguments: --no-such-flag" in out["msg"]
+
+
+TABLE = """
+import argparse, json
+from sglang.srt.server_args import ServerArgs
+p = argparse.ArgumentParser(prog="sglang serve")
+ServerArgs.add_cli_args(p)
+print(json.dumps({o: a.dest for o, a in p._option_string_actions.items()}))
+"""
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_static_table_is_sglangs_own(release, version):
+    python, env = release(version)
+    proc = subprocess.run([python, "-c", TABLE], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    real = json.loads(proc.stdout.strip().splitlines()[-1])
+    static = FLAGS.read_flag_table(env["PYTHONPATH"])["options"]
+    assert {o: e["dest"] for o, e in static.items()} == real
