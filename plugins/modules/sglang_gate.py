@@ -11,15 +11,32 @@ DOCUMENTATION = r"""
 module: sglang_gate
 short_description: Wait for an SGLang server to be healthy, then read its view and send live requests
 description:
-  - Polls C(/health_generate) every I(delay) seconds for at most I(wait) seconds. When the server
-    answers 200 it reads C(/get_server_info), sends I(prompts) through C(/generate) (greedy, short)
-    and reads C(/get_server_info) again, where the server reports the accept length it measured.
+  - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
+    answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
+    without it), sends O(prompts) through C(/generate) (greedy, short) and reads the server info
+    again, where the server reports the accept length it measured.
+  - Returns RV(reading), the same live reading M(fleetops.sglang.sglang_probe) returns for a running
+    server (settings against O(expected), accept length per request from C(meta_info), source
+    V(probe), or the server's C(avg_spec_accept_length), source V(server info)).
   - One call does what four C(uri) tasks and a loop would, on the host, so polling and requests cost
     no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
     prints a line per I(wait) seconds instead of hanging silently.
   - Returns I(ready=false) (not failed) while the server is not healthy yet; judging the answers
     (release, speculative settings, accept length) is left to the role's assertions.
   - Reads only; the generation requests are the live check itself.
+author:
+  - SGLang remediation maintainers (@fleetops)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details:
+      - It only reads and sends generation requests, in check mode too; the role does not restart, so does not gate, in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
 options:
   url:
     description: Base URL of the server, e.g. C(http://127.0.0.1:30000).
@@ -50,6 +67,16 @@ options:
     description: Tokens generated per prompt.
     type: int
     default: 64
+  expected:
+    description: The rendered speculative settings (and C(version)) RV(reading) compares with the server's.
+    type: dict
+    default: {}
+  accept_length_min:
+    description: An accept length below this is a finding in RV(reading); V(0) turns that off.
+    type: float
+    default: 0
+seealso:
+  - module: fleetops.sglang.sglang_probe
 """
 
 RETURN = r"""
@@ -60,45 +87,44 @@ last_error: {description: Why the last poll failed, type: str, returned: always}
 info: {description: /get_server_info before the live requests, type: dict, returned: when ready}
 live: {description: The /generate answers, one per prompt, type: list, returned: when ready}
 info_after: {description: /get_server_info after the live requests (accept length), type: dict, returned: when ready}
+reading:
+  description: The live reading of the restarted server, as M(fleetops.sglang.sglang_probe) returns it in its C(live).
+  type: dict
+  returned: when ready
+  sample:
+    read: true
+    endpoint: /server_info
+    settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
+               speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
+    accept_length: 3.556
+    accept_length_source: probe
+    accept_length_probe: 3.556
+    accept_length_server_info: 3.556
+    probe_requests: 3
+    notes: []
+    reasons: []
+    classes: []
 """
 
 EXAMPLES = r"""
 - name: Gate on health, then send live requests
-  sglang_gate:
+  fleetops.sglang.sglang_gate:
     url: http://127.0.0.1:30000
     wait: 60
     prompts: ["Write a haiku about speculative decoding."]
+    expected: {speculative_num_steps: 15, speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
+    accept_length_min: 2.5
   register: gate
   until: gate.ready
   retries: 30
   delay: 0
 """
 
-import json
 import time
-from urllib.error import HTTPError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
-
-
-def request(url, timeout, body=None):
-    """(status, parsed JSON or None, error text) for one GET or JSON POST."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    try:
-        resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                        timeout=timeout, validate_certs=True)
-        raw = resp.read()
-        status = resp.getcode()
-    except HTTPError as exc:
-        return exc.code, None, "HTTP %s from %s" % (exc.code, url)
-    except Exception as exc:  # noqa: BLE001 - connection refused, timeout, reset: keep polling
-        return None, None, "%s: %s" % (type(exc).__name__, exc)
-    try:
-        return status, json.loads(raw.decode("utf-8")) if raw.strip() else None, ""
-    except ValueError:
-        return status, None, "%s did not return JSON" % url
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, judge
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request as request
 
 
 def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep):
@@ -124,6 +150,8 @@ def main():
             generate_timeout=dict(type="float", default=120),
             prompts=dict(type="list", elements="str", default=[]),
             max_new_tokens=dict(type="int", default=64),
+            expected=dict(type="dict", default={}),
+            accept_length_min=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )
@@ -136,9 +164,9 @@ def main():
         result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (
             base, polls, p["wait"], error)
         module.exit_json(**result)
-    code, info, error = request(base + "/get_server_info", p["request_timeout"])
-    if code != 200 or not isinstance(info, dict):
-        module.fail_json(msg="healthy, but /get_server_info failed: %s" % (error or "HTTP %s" % code), **result)
+    info, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
+    if info is None:
+        module.fail_json(msg="healthy, but /server_info and /get_server_info failed: %s" % error, **result)
     result["info"] = info
     live = []
     for text in p["prompts"]:
@@ -149,11 +177,11 @@ def main():
                                                                      error or "HTTP %s" % code), live=live, **result)
         live.append(answer)
     result["live"] = live
-    code, after, error = request(base + "/get_server_info", p["request_timeout"])
-    if code != 200 or not isinstance(after, dict):
-        module.fail_json(msg="/get_server_info after the live requests failed: %s" % (error or "HTTP %s" % code),
-                         live=live, **result)
+    after, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
+    if after is None:
+        module.fail_json(msg="server info after the live requests failed: %s" % error, live=live, **result)
     result["info_after"] = after
+    result["reading"] = judge(after, endpoint, "", live, p["expected"], p["accept_length_min"])
     module.exit_json(**result)
 
 
