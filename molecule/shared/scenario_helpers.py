@@ -71,14 +71,14 @@ def inventory() -> str:
 
 
 def run_playbook(playbook: Path = CONVERGE, extra_vars: Optional[Dict[str, Any]] = None,
-                 args: Sequence[str] = (), timeout: int = 900) -> Run:
+                 args: Sequence[str] = (), timeout: int = 900, env: Optional[Dict[str, str]] = None) -> Run:
     """Run a playbook against the scenario's inventory; never raises on rc != 0.
 
     Extra vars travel as a JSON file so that types survive exactly: ``["2"]`` stays
     a list of strings and ``"0.5.9"`` a string.
     """
     cmd: List[str] = ["ansible-playbook", "-i", inventory(), str(playbook), *args]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PY_COLORS="0")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PY_COLORS="0", **(env or {}))
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
         json.dump(extra_vars or {}, fh)
         vars_file = fh.name

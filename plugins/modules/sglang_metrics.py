@@ -12,7 +12,7 @@ module: sglang_metrics
 short_description: Write the SGLang remediation result as a node_exporter textfile-collector file
 description:
   - Writes, atomically (temporary file in the same directory, then rename), the Prometheus text
-    file that node_exporter's textfile collector exports, with what this run found on the host:
+    file that node_exporter's textfile collector exports, with what this run found on the host,
     C(sglang_remediation_compliant), C(sglang_remediation_info{release,decision,family,draft_ids,mode}),
     C(sglang_remediation_live_accept_length{source}), C(sglang_remediation_live_info),
     C(sglang_remediation_failure{class}), C(sglang_remediation_restarts_total),
@@ -23,7 +23,7 @@ description:
     (not compliant, or an O(error)), so it keeps its old value on a failed run.
   - The role calls it at the end of every run that went past M(fleetops.sglang.sglang_probe);
     a run that ends at the probe has the probe write the same file.
-  - Always reports C(changed=false): the file is a record of the run, rewritten on every run like
+  - Always reports C(changed=false). The file is a record of the run, rewritten on every run like
     the fleet report on the controller, not configuration of the host.
 author:
   - SGLang remediation maintainers (@fleetops)

@@ -22,9 +22,9 @@ description:
   - With O(live), reads the live speculative state of an active server without disturbing it
     (C(/server_info), or C(/get_server_info) on releases without it, and optionally a few short
     probe generations), compares the settings it reports with the rendered ones and the accept
-    length with a minimum, and returns the findings in RV(live) (reasons starting C(live:)).
-    They do not change RV(compliant): no remediation run can fix a swapped draft or a server
-    started with other flags, so they do not send the host through the full role.
+    length with a minimum, and returns the findings in RV(live), each reason starting with
+    C(live:). They do not change RV(compliant), because no remediation run can fix a swapped
+    draft or a server started with other flags, so they do not send the host through the full role.
   - With O(textfile), writes the node_exporter textfile when the run ends at the probe
     (RV(compliant)), so a compliant host still costs one remote call.
   - Changes nothing on the host but, with O(memo_write), its audit memo and, with O(textfile),
