@@ -51,6 +51,11 @@ INOTIFY_WANTED = 1024
 # stops the 23rd container.  Raise the limit before that point.
 INOTIFY_PER_CONTAINER = 6
 DOCKERD_LOG = Path("/var/log/sglang-testbed-dockerd.log")
+# promtool (Debian's `prometheus` package) for the tests of the metrics textfile and the
+# alert rules. Only the binary is extracted into the project's cache: installing the
+# package would also enable and start a Prometheus server on the test machine.
+PROMTOOL_PACKAGE = "prometheus"
+PROMTOOL_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "tools" / "promtool"
 ENGINE_WAIT_SECONDS = 60
 
 # The systemd-in-a-container flags measured on these machines: no --privileged
@@ -75,9 +80,9 @@ def log(msg: str) -> None:
 
 
 def run(cmd: Sequence[str], check: bool = True, capture: bool = True,
-        timeout: float | None = None, stdin=None) -> subprocess.CompletedProcess:
+        timeout: float | None = None, stdin=None, cwd: str | None = None) -> subprocess.CompletedProcess:
     """Run a command; on failure say which one and what it printed, then stop."""
-    res = subprocess.run(list(cmd), check=False, text=True, timeout=timeout, stdin=stdin,
+    res = subprocess.run(list(cmd), check=False, text=True, timeout=timeout, stdin=stdin, cwd=cwd,
                          stdout=subprocess.PIPE if capture else None,
                          stderr=subprocess.PIPE if capture else None)
     if check and res.returncode != 0:
@@ -285,6 +290,40 @@ def ensure(suites: Sequence[str], containers: int = 0, runner: Runner = run) -> 
     return state
 
 
+def find_promtool() -> Path | None:
+    """promtool on PATH (the package installed by hand), else the one extracted before."""
+    found = shutil.which("promtool")
+    if found:
+        return Path(found)
+    return PROMTOOL_CACHE if os.access(PROMTOOL_CACHE, os.X_OK) else None
+
+
+def ensure_promtool(runner: Runner = run) -> Path:
+    """Debian's promtool, extracted from the `prometheus` package once; idempotent."""
+    found = find_promtool()
+    if found:
+        return found
+    log(f"extracting promtool from Debian's {PROMTOOL_PACKAGE} package into {PROMTOOL_CACHE.parent}")
+    PROMTOOL_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="testbed-promtool-") as tmp:
+        # apt-get download writes as _apt when it can; a world-writable temp dir lets it.
+        os.chmod(tmp, 0o777)
+        if runner(["apt-get", "download", PROMTOOL_PACKAGE], check=False, cwd=tmp).returncode != 0:
+            runner(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-qq"], capture=False)
+            runner(["apt-get", "download", PROMTOOL_PACKAGE], cwd=tmp)
+        debs = sorted(Path(tmp).glob(PROMTOOL_PACKAGE + "_*.deb"))
+        if not debs:
+            raise SystemExit(f"testbed: apt-get download {PROMTOOL_PACKAGE} left no .deb")
+        data = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE)
+        runner(["tar", "-x", "-C", tmp, "./usr/bin/promtool"], stdin=data.stdout)
+        data.stdout.close()
+        if data.wait() != 0:
+            raise SystemExit(f"testbed: dpkg-deb could not read {debs[0].name}")
+        shutil.move(str(Path(tmp) / "usr" / "bin" / "promtool"), str(PROMTOOL_CACHE))
+    PROMTOOL_CACHE.chmod(0o755)
+    return PROMTOOL_CACHE
+
+
 # --------------------------------------------------------------------------- fleet
 
 
@@ -385,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ensure.add_argument("--containers", type=int, default=0,
                           help="size inotify limits for this many containers")
     sub.add_parser("status", help="print what is observed")
+    sub.add_parser("promtool", help="extract Debian's promtool (package prometheus) if missing; print its path")
     p_up = sub.add_parser("fleet-up", help="start N systemd containers and write an inventory")
     p_up.add_argument("--prefix", default="sglang-demo")
     p_up.add_argument("--count", type=int, default=3)
@@ -399,6 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log("warning: not root; installing packages or starting the engine may fail")
     if args.cmd == "ensure":
         ensure(args.suite or SUITES, args.containers)
+        ensure_promtool()
+    elif args.cmd == "promtool":
+        print(ensure_promtool())
     elif args.cmd == "status":
         print(dataclasses.asdict(observe()))
     elif args.cmd == "fleet-up":

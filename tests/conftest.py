@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Dict
@@ -108,3 +109,18 @@ def make_venv(release_tree, tmp_path) -> Callable[[str], Path]:
         return dest
 
     return make
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Callable[..., subprocess.CompletedProcess]:
+    """Debian's promtool; extracted by testbed/testbed.py when missing, so these tests never skip."""
+    sys.path.insert(0, str(REPO / "testbed"))
+    import testbed  # noqa: E402 (the test bed's own helper, not a test dependency)
+
+    path = testbed.ensure_promtool()
+
+    def run(*args: str, stdin: str = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+        return subprocess.run([str(path), *args], input=stdin, capture_output=True, text=True,
+                              timeout=120, cwd=str(cwd))
+
+    return run

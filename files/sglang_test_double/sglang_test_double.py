@@ -31,6 +31,17 @@ surface stays SGLang's:
   SGLANG_TEST_DOUBLE_TRAINED_LAYERS  hidden states the draft was trained on
                                      (default "embed,2,30": embedding output,
                                      output of layer 2, output of layer 30)
+  SGLANG_TEST_DOUBLE_DEGRADE_AFTER   degrade at run time: after this many
+                                     /generate requests the accept length drops,
+                                     as if the draft were swapped under the
+                                     running server (default: never)
+  SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH  accept length once degraded
+                                     (default: what a draft fed other hidden
+                                     states accepts with these flags, ~1.6)
+
+With --enable-metrics, /metrics serves SGLang's own metric names
+(sglang:spec_accept_length: the last decode interval, here the last request;
+sglang:gen_throughput; sglang:num_requests_total), with HELP and TYPE.
 
 Python standard library only; runs on Python 3.9 to 3.13.
 """
@@ -63,6 +74,8 @@ ENV_FAIL_HEALTH = "SGLANG_TEST_DOUBLE_FAIL_HEALTH"
 ENV_SITE_PACKAGES = "SGLANG_TEST_DOUBLE_SITE_PACKAGES"
 ENV_START_LOG = "SGLANG_TEST_DOUBLE_START_LOG"
 ENV_TRAINED_LAYERS = "SGLANG_TEST_DOUBLE_TRAINED_LAYERS"
+ENV_DEGRADE_AFTER = "SGLANG_TEST_DOUBLE_DEGRADE_AFTER"
+ENV_DEGRADED_ACCEPT = "SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH"
 
 DEFAULT_STARTUP_DELAY = 2.0
 DEFAULT_TRAINED_LAYERS = "embed,2,30"
@@ -607,18 +620,30 @@ class DoubleState:
     """Everything the HTTP handlers read; counters guarded by a lock."""
 
     def __init__(self, args: argparse.Namespace, params: SpecParams, version: str,
-                 wiring: Wiring, accept_length: Optional[float], fail_health: bool) -> None:
+                 wiring: Wiring, accept_length: Optional[float], fail_health: bool,
+                 degrade_after: Optional[int] = None, degraded_accept_length: Optional[float] = None) -> None:
         self.args = args
         self.params = params
         self.version = version
         self.wiring = wiring
         self.accept_length = accept_length
         self.fail_health = fail_health
+        # Run-time degradation: the files stay as they are, what the server accepts drops.
+        self.degrade_after = degrade_after
+        self.degraded_accept_length = degraded_accept_length
         self.healthy = threading.Event()
         self.lock = threading.Lock()
         self.completion_tokens = 0
         self.verify_ct = 0
         self.requests = 0
+        self.last_accept_length: Optional[float] = None
+
+    def current_accept_length(self) -> Optional[float]:
+        """The accept length the next request gets (call with the lock held)."""
+        if (self.accept_length is not None and self.degrade_after is not None
+                and self.requests >= self.degrade_after and self.degraded_accept_length is not None):
+            return self.degraded_accept_length
+        return self.accept_length
 
     def server_args(self) -> Dict[str, Any]:
         """The resolved args as SGLang reports them (flag names with underscores)."""
@@ -647,6 +672,9 @@ class DoubleState:
             "trained_hidden_states": list(self.wiring.trained),
             "wiring_matches_training": self.wiring.matches_training,
             "expected_accept_length": self.accept_length,
+            "requests": self.requests,
+            "degrade_after": self.degrade_after,
+            "degraded": self.degrade_after is not None and self.requests >= self.degrade_after,
             "notes": list(self.wiring.notes),
         }
         return info
@@ -655,7 +683,9 @@ class DoubleState:
         """Deterministic fake completion whose meta_info follows the accept-length model."""
         tokens = max(0, int(max_new_tokens))
         words = ["double"] * tokens
-        tps = tokens_per_second(self.accept_length)
+        with self.lock:
+            accept = self.current_accept_length()
+        tps = tokens_per_second(accept)
         meta: Dict[str, Any] = {
             "id": "test-double-%d" % self.requests,
             "finish_reason": {"type": "length", "length": tokens},
@@ -667,25 +697,35 @@ class DoubleState:
         }
         with self.lock:
             self.requests += 1
-            if self.accept_length is not None:
-                verify = max(1, int(round(tokens / self.accept_length))) if tokens else 0
+            if accept is not None:
+                verify = max(1, int(round(tokens / accept))) if tokens else 0
                 meta["spec_verify_ct"] = verify
                 meta["spec_accept_length"] = round(tokens / verify, 4) if verify else 0.0
                 meta["spec_accept_rate"] = round((tokens / verify - 1) / max(1, (self.params.num_draft_tokens or 1) - 1), 4) if verify else 0.0
                 self.completion_tokens += tokens
                 self.verify_ct += verify
+                if verify:
+                    self.last_accept_length = tokens / verify
         return {"text": " ".join(words), "meta_info": meta}
 
     def metrics(self) -> str:
-        name = self.server_args()["served_model_name"]
-        info = self.server_info()["internal_states"][0]
+        """SGLang's own names and help texts (0.5.9 collector.py); the gauge is the last interval's."""
+        name = self.server_args()["served_model_name"].replace("\\", "\\\\").replace('"', '\\"')
+        with self.lock:
+            last, requests = self.last_accept_length, self.requests
+        throughput = tokens_per_second(last) if requests else 0.0
         lines = [
+            "# HELP sglang:gen_throughput The generation throughput (token/s).",
             "# TYPE sglang:gen_throughput gauge",
-            'sglang:gen_throughput{model_name="%s"} %s' % (name, info["last_gen_throughput"]),
+            'sglang:gen_throughput{model_name="%s"} %s' % (name, throughput),
+            "# HELP sglang:num_requests_total Number of requests processed.",
+            "# TYPE sglang:num_requests_total counter",
+            'sglang:num_requests_total{model_name="%s"} %d' % (name, requests),
         ]
-        if "avg_spec_accept_length" in info:
-            lines += ["# TYPE sglang:spec_accept_length gauge",
-                      'sglang:spec_accept_length{model_name="%s"} %s' % (name, info["avg_spec_accept_length"])]
+        if self.params.num_steps is not None and self.accept_length is not None:
+            lines += ["# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
+                      "# TYPE sglang:spec_accept_length gauge",
+                      'sglang:spec_accept_length{model_name="%s"} %s' % (name, round(last or 0.0, 4))]
         return "\n".join(lines) + "\n"
 
 
@@ -821,7 +861,15 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
                  list(wiring.decode), list(wiring.trained),
                  "MATCH" if wiring.matches_training else "MISMATCH", accept)
 
-    state = DoubleState(args, params, version, wiring, accept, fail_health)
+    degrade_after: Optional[int] = None
+    degraded: Optional[float] = None
+    if environ.get(ENV_DEGRADE_AFTER):
+        degrade_after = int(env_float(environ, ENV_DEGRADE_AFTER, 0))
+        if accept is not None:
+            degraded = env_float(environ, ENV_DEGRADED_ACCEPT, expected_accept_length(False, params))
+        LOG.info("%s=%s: accept length drops to %s after %d requests", ENV_DEGRADE_AFTER,
+                 environ[ENV_DEGRADE_AFTER], degraded, degrade_after)
+    state = DoubleState(args, params, version, wiring, accept, fail_health, degrade_after, degraded)
     try:
         server = make_server(args.host, args.port, state)
     except OSError as exc:

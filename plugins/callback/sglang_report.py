@@ -112,7 +112,22 @@ def new_row(host: str) -> Dict[str, Any]:
         "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "rolled_back": False, "health": "", "accept_length": None,
-        "tokens_per_s": None, "error": "", "failed_task": "", "stats": {},
+        "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
+        "live_notes": [], "error": "", "failed_task": "", "stats": {},
+    }
+
+
+def live_columns(live: Any) -> Dict[str, Any]:
+    """The row's live fields from the role's reading (sglang_live.judge); empty when not read."""
+    if not isinstance(live, Mapping) or not as_bool(live.get("read", False)):
+        note = "not read" if live in (None, "", "None") else "server info unavailable"
+        return {"live_accept_length": None, "live_source": note, "live_settings": {}, "live_notes": []}
+    value = as_number(live.get("accept_length"))
+    return {
+        "live_accept_length": value,
+        "live_source": live.get("accept_length_source") or "not reported by this release",
+        "live_settings": dict(live.get("settings") or {}),
+        "live_notes": list(live.get("notes") or []),
     }
 
 
@@ -150,20 +165,22 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     lines.append("")
     running = run["result"] == "running"
     # While the run goes on, hosts no batch has reached yet are pending, not a finding.
-    attention = [r for r in rows if (r["status"] in ATTENTION or r.get("error"))
+    attention = [r for r in rows if (r["status"] in ATTENTION or r.get("error") or r["status"] == "noncompliant")
                  and not (running and r["status"] == "not reached")]
     if attention:
         lines += ["## Needs attention", ""]
         for r in attention:
             lines.append("- **%s** (%s%s): %s" % (
                 r["host"], r["status"], ", batch %s" % r["batch"] if r["batch"] else "",
-                r.get("error") or ("no batch reached it" if r["status"] == "not reached"
+                r.get("error") or ("; ".join(str(d) for d in r.get("drift") or []) if r["status"] == "noncompliant"
+                                   else "no batch reached it" if r["status"] == "not reached"
                                    else "stopped before it finished")))
         lines.append("")
     lines += ["## Hosts", "",
               "| host | batch | status | release | decision / action | evidence lines | deepseek_v2.py sha256 before -> after"
-              " | draft ids | steps/topk/draft | restart | health | accept len | tok/s | error |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              " | draft ids | steps/topk/draft | restart | health | accept len | tok/s | live accept len (source)"
+              " | running steps/topk/draft | error |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def short(h: str) -> str:
         return h[:12] if h else "-"
@@ -192,12 +209,20 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         if r.get("action") and r.get("action") != decision:
             decision = "%s / %s" % (decision, r["action"])
         status = "pending" if running and r["status"] == "not reached" else r["status"]
+        live = "%s (%s)" % (r["live_accept_length"] if r.get("live_accept_length") is not None else "-",
+                            r.get("live_source") or "not read")
+        running_flags = r.get("live_settings") or {}
+        running_text = "%s/%s/%s" % tuple(
+            "?" if running_flags.get(k) is None else running_flags.get(k)
+            for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")) \
+            if running_flags else "-"
+        error = r.get("error") or "; ".join(d for d in r.get("drift") or [] if str(d).startswith("live:"))
         lines.append("| %s |" % " | ".join(cell(v) for v in (
             r["host"], r["batch"], status, r["release"], decision,
             ", ".join(str(e) for e in r.get("evidence") or []),
             "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
             r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),
-            r.get("tokens_per_s"), r.get("error"))))
+            r.get("tokens_per_s"), live, running_text, error)))
     lines.append("")
     return "\n".join(lines)
 
@@ -311,6 +336,8 @@ class CallbackModule(CallbackBase):
         for key in ("accept_length", "tokens_per_s"):
             if key in fact:
                 row[key] = as_number(fact[key])
+        if "live" in fact:
+            row.update(live_columns(fact["live"]))
         if fact.get("error"):
             row["error"] = fact["error"]
             row["status"] = "failed"
@@ -322,6 +349,10 @@ class CallbackModule(CallbackBase):
                 row["status"] = "noncompliant"
             elif self.check_mode:
                 row["status"] = "would change"
+            elif self.mode == "remediate":
+                # Left non-compliant by a run that changed what it could (a live finding:
+                # a swapped draft or a server started with other flags needs a person).
+                row["status"] = "noncompliant"
 
     # --- callbacks -----------------------------------------------------------------
     def v2_playbook_on_start(self, playbook: Any) -> None:

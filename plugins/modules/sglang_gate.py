@@ -15,8 +15,12 @@ short_description: Wait for an SGLang server to be healthy, then read its view a
 version_added: "1.0.0"
 description:
   - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
-    answers 200 it reads C(/get_server_info), sends O(prompts) through C(/generate) (greedy, short)
-    and reads C(/get_server_info) again, where the server reports the accept length it measured.
+    answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
+    without it), sends O(prompts) through C(/generate) (greedy, short) and reads the server info
+    again, where the server reports the accept length it measured.
+  - Returns RV(reading), the same live reading M(fleetops.sglang.sglang_probe) returns for a running
+    server (settings against O(expected), accept length per request from C(meta_info), source
+    V(probe), or the server's C(avg_spec_accept_length), source V(server info)).
   - One call does what four M(ansible.builtin.uri) tasks and a loop would, on the host, so polling and requests cost
     no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
     prints a line per O(wait) seconds instead of hanging silently.
@@ -32,7 +36,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Changes nothing, so it runs in check mode as it does otherwise, live requests included; it never reports C(changed).
+      - It only reads and sends generation requests, in check mode too; the role does not restart, so does not gate, in check mode.
   diff_mode:
     support: none
   platform:
@@ -67,6 +71,16 @@ options:
     description: Tokens generated per prompt (C(sampling_params.max_new_tokens), with C(temperature=0)).
     type: int
     default: 64
+  expected:
+    description: The rendered speculative settings (and C(version)) RV(reading) compares with the server's.
+    type: dict
+    default: {}
+  accept_length_min:
+    description: An accept length below this is a finding in RV(reading); V(0) turns that off.
+    type: float
+    default: 0
+seealso:
+  - module: fleetops.sglang.sglang_probe
 """
 
 RETURN = r"""
@@ -121,6 +135,23 @@ info_after:
     version: "0.5.9"
     internal_states:
       - avg_spec_accept_length: 3.2
+reading:
+  description: The live reading of the restarted server, as M(fleetops.sglang.sglang_probe) returns it in its C(live).
+  type: dict
+  returned: when ready
+  sample:
+    read: true
+    endpoint: /server_info
+    settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
+               speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
+    accept_length: 3.556
+    accept_length_source: probe
+    accept_length_probe: 3.556
+    accept_length_server_info: 3.556
+    probe_requests: 3
+    notes: []
+    reasons: []
+    classes: []
 """
 
 EXAMPLES = r"""
@@ -129,6 +160,8 @@ EXAMPLES = r"""
     url: http://127.0.0.1:30000
     wait: 60
     prompts: ["Write a haiku about speculative decoding."]
+    expected: {speculative_num_steps: 15, speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
+    accept_length_min: 2.5
   register: gate
   until: gate.ready
   retries: 30
@@ -139,31 +172,11 @@ EXAMPLES = r"""
     that: gate.info_after.internal_states[0].avg_spec_accept_length | float >= 2.0
 """
 
-import json
 import time
-from urllib.error import HTTPError
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
-
-
-def request(url, timeout, body=None):
-    """(status, parsed JSON or None, error text) for one GET or JSON POST."""
-    data = None if body is None else json.dumps(body).encode("utf-8")
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    try:
-        resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                        timeout=timeout, validate_certs=True)
-        raw = resp.read()
-        status = resp.getcode()
-    except HTTPError as exc:
-        return exc.code, None, "HTTP %s from %s" % (exc.code, url)
-    except Exception as exc:  # noqa: BLE001 - connection refused, timeout, reset: keep polling
-        return None, None, "%s: %s" % (type(exc).__name__, exc)
-    try:
-        return status, json.loads(raw.decode("utf-8")) if raw.strip() else None, ""
-    except ValueError:
-        return status, None, "%s did not return JSON" % url
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, judge
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request as request
 
 
 def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep):
@@ -189,6 +202,8 @@ def main():
             generate_timeout=dict(type="float", default=120),
             prompts=dict(type="list", elements="str", default=[]),
             max_new_tokens=dict(type="int", default=64, no_log=False),
+            expected=dict(type="dict", default={}),
+            accept_length_min=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )
@@ -201,9 +216,9 @@ def main():
         result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (
             base, polls, p["wait"], error)
         module.exit_json(**result)
-    code, info, error = request(base + "/get_server_info", p["request_timeout"])
-    if code != 200 or not isinstance(info, dict):
-        module.fail_json(msg="healthy, but /get_server_info failed: %s" % (error or "HTTP %s" % code), **result)
+    info, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
+    if info is None:
+        module.fail_json(msg="healthy, but /server_info and /get_server_info failed: %s" % error, **result)
     result["info"] = info
     live = []
     for text in p["prompts"]:
@@ -215,11 +230,11 @@ def main():
                              live=live, **result)
         live.append(answer)
     result["live"] = live
-    code, after, error = request(base + "/get_server_info", p["request_timeout"])
-    if code != 200 or not isinstance(after, dict):
-        module.fail_json(msg="/get_server_info after the live requests failed: %s" % (error or "HTTP %s" % code),
-                         live=live, **result)
+    after, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
+    if after is None:
+        module.fail_json(msg="server info after the live requests failed: %s" % error, live=live, **result)
     result["info_after"] = after
+    result["reading"] = judge(after, endpoint, "", live, p["expected"], p["accept_length_min"])
     module.exit_json(**result)
 
 

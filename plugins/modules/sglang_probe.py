@@ -22,8 +22,17 @@ description:
     environment files with the sha256 of the controller's renderings, the running
     fingerprint with the one recorded after the last healthy start, and whether the
     service is active.
-  - Changes nothing on the host but, with O(memo_write), its audit memo; the only subprocess
-    is one C(systemctl is-active), and only with O(service_manage).
+  - With O(live), reads the live speculative state of an active server without disturbing it
+    (C(/server_info), or C(/get_server_info) on releases without it, and optionally a few short
+    probe generations), compares the settings it reports with the rendered ones and the accept
+    length with a minimum, and returns the findings in RV(live), each reason starting with
+    C(live:). They do not change RV(compliant), because no remediation run can fix a swapped
+    draft or a server started with other flags, so they do not send the host through the full role.
+  - With O(textfile), writes the node_exporter textfile when the run ends at the probe
+    (RV(compliant)), so a compliant host still costs one remote call.
+  - Changes nothing on the host but, with O(memo_write), its audit memo and, with O(textfile),
+    that file (and never the state dir); the only subprocess is one C(systemctl is-active), and
+    only with O(service_manage).
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
@@ -34,6 +43,8 @@ attributes:
     details:
       - The probe only reads, and always reports C(changed=false); in check mode it never stores the
         audit memo, even with O(memo_write=true).
+      - In check mode it writes no textfile, whatever O(textfile) says.
+      - The probe generations of O(live) are sent in check mode too, since they are how the live state is read.
   diff_mode:
     support: none
   platform:
@@ -135,6 +146,64 @@ options:
       - Never in check mode.
     type: bool
     default: false
+  live:
+    description:
+      - Read the running server's speculative state when the service is active (needs O(service_manage)).
+      - Without it RV(live) is V(null).
+    type: dict
+    suboptions:
+      url:
+        description: Base URL of the server, e.g. C(http://127.0.0.1:30000).
+        type: str
+        required: true
+      expected:
+        description:
+          - The rendered settings, name to value, compared with what the server reports
+            (C(speculative_algorithm), C(speculative_num_steps), C(speculative_eagle_topk),
+            C(speculative_num_draft_tokens), C(version)).
+          - C(version) defaults to the installed release.
+        type: dict
+        default: {}
+      accept_length_min:
+        description: A live accept length below this is a finding; V(0) turns the check off.
+        type: float
+        default: 0
+      prompts:
+        description: Texts of the probe generations (short, greedy); none reads server info only.
+        type: list
+        elements: str
+        default: []
+      max_new_tokens:
+        description: Tokens generated per probe prompt.
+        type: int
+        default: 32
+      request_timeout:
+        description: Timeout of the server-info request.
+        type: float
+        default: 30
+      generate_timeout:
+        description: Timeout of each probe generation.
+        type: float
+        default: 120
+  textfile:
+    description:
+      - Write the node_exporter textfile when the host is compliant (the run ends at the probe);
+        otherwise the role writes it at its end with M(fleetops.sglang.sglang_metrics).
+      - Not written in check mode.
+    type: dict
+    suboptions:
+      path:
+        description: The C(.prom) file, in node_exporter's textfile directory.
+        type: path
+        required: true
+      state_file:
+        description: Where the restart counter persists (read only here; the probe never restarts).
+        type: path
+        required: true
+      mode:
+        description: Label of the run in C(sglang_remediation_info).
+        type: str
+        default: remediate
 notes:
   - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
     fails only on invalid O(layer_ids) or on O(extra_args) the installed release would not run as rendered.
@@ -142,6 +211,8 @@ seealso:
   - module: fleetops.sglang.sglang_eagle3
   - module: fleetops.sglang.sglang_fingerprint
   - module: fleetops.sglang.sglang_draft_config
+  - module: fleetops.sglang.sglang_metrics
+  - module: fleetops.sglang.sglang_gate
 """
 
 RETURN = r"""
@@ -320,6 +391,62 @@ server_flags:
       type: list
       elements: str
       sample: ["sglang/srt/server_args.py:ServerArgs.add_cli_args (331 add_argument calls)"]
+live:
+  description:
+    - The live reading (see C(plugins/module_utils/sglang_live.py)); V(null) without O(live), when the
+      service is not managed or not active.
+  type: dict
+  returned: always
+  sample:
+    read: true
+    endpoint: /server_info
+    settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 3,
+               speculative_eagle_topk: 1, speculative_num_draft_tokens: 4}
+    accept_length: 1.6
+    accept_length_source: probe
+    accept_length_probe: 1.6
+    accept_length_server_info: 3.1
+    probe_requests: 2
+    notes: []
+    reasons: ["live: the server runs speculative_num_steps 3 (rendered 15), speculative_num_draft_tokens 4 (rendered 16)"]
+    classes: [live_settings]
+  contains:
+    read:
+      description: Server info was read.
+      type: bool
+      sample: true
+    accept_length:
+      description: The live accept length judged against O(live.accept_length_min); V(null) when not reported.
+      type: float
+      sample: 1.6
+    accept_length_source:
+      description: V(probe) (this call's generations), V(server info) (avg_spec_accept_length since the start) or empty.
+      type: str
+      sample: probe
+    settings:
+      description: What the server reports; V(null) for a field its release does not report.
+      type: dict
+      sample: {speculative_num_steps: 3}
+    reasons:
+      description: Findings, each starting C(live:); empty when the live state is as rendered.
+      type: list
+      elements: str
+      sample: ["live: accept length 1.6 (probe, 2 requests) below sglang_accept_length_min 2.5"]
+    notes:
+      description: Fields the release did not report, and other remarks that are not findings.
+      type: list
+      elements: str
+      sample: ["meta_info.spec_verify_ct not reported by this release"]
+    classes:
+      description: Failure classes of the reasons (C(live_settings), C(live_accept_length), C(live_unavailable)).
+      type: list
+      elements: str
+      sample: [live_settings]
+textfile:
+  description: The textfile written by this call, or V(null) when none was.
+  type: str
+  returned: always
+  sample: /var/lib/prometheus/node-exporter/sglang_remediation.prom
 """
 
 EXAMPLES = r"""
@@ -353,6 +480,28 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ probe.reasons | join('; ') }}"
 
+- name: Probe, read the live speculative state and write the textfile when compliant
+  fleetops.sglang.sglang_probe:
+    venv: /opt/sglang/venv
+    expected_version: "0.5.9"
+    patches: "{{ rendered_patches }}"
+    draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+    fingerprint_file: /var/lib/sglang-remediation/running.json
+    live:
+      url: http://127.0.0.1:30000
+      expected:
+        speculative_algorithm: EAGLE3
+        speculative_num_steps: 15
+        speculative_eagle_topk: 1
+        speculative_num_draft_tokens: 16
+      accept_length_min: 2.5
+      prompts: ["Write a haiku about speculative decoding."]
+    textfile:
+      path: /var/lib/prometheus/node-exporter/sglang_remediation.prom
+      state_file: /var/lib/sglang-remediation/metrics-state.json
+      mode: audit
+  register: probe
+
 - name: Only audit the SGLang files (the service is not managed here)
   fleetops.sglang.sglang_probe:
     venv: /opt/sglang/venv
@@ -365,6 +514,7 @@ EXAMPLES = r"""
 
 import hashlib
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import (
@@ -377,6 +527,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 impo
     validate_layer_ids,
 )
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
 
@@ -456,11 +608,37 @@ def fingerprint_reasons(components, state_file, audit, style):
     return ["fingerprint differs (%s): restart needed" % ", ".join(names)], info
 
 
+def live_reading(live, release, request=http_request):
+    """The running server's speculative state (sglang_live), the installed release as its expected version."""
+    expected = dict(live["expected"] or {})
+    if release and not expected.get("version"):
+        expected["version"] = release
+    return read_live(request, live["url"], expected, live["accept_length_min"], live["prompts"] or [],
+                     live["max_new_tokens"], live["request_timeout"], live["generate_timeout"])
+
+
+def write_textfile(textfile, result, check_mode, now=None):
+    """The textfile of a run that ends at the probe: files compliant, live findings decide."""
+    if not textfile or check_mode or not result["compliant"]:
+        return None
+    live = result["live"] or {}
+    reasons = live.get("reasons") or []
+    audit = result["eagle3"] or {}
+    values = dict(compliant=not reasons, release=result["release"], decision=result["decision"],
+                  family=audit.get("family") or "", draft_ids=result["draft_layer_ids"] or [],
+                  mode=textfile["mode"], live=result["live"], classes=classify(reasons),
+                  accept_length_min=textfile.get("accept_length_min", 0))
+    update(textfile["path"], textfile["state_file"], values, restarts=0,
+           now=time.time() if now is None else now, success=not reasons)
+    return textfile["path"]
+
+
 def probe(p, check_mode=False, run_command=None, which=None):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
                   fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False,
-                  server_flags={"checked": False, "errors": []})
+                  server_flags={"checked": False, "errors": []},
+                  live=None, textfile=None)
     flags = {"memo_key": None, "table": None}
     reasons = result["reasons"]
     audit = audit_memoized(Request(
@@ -500,6 +678,8 @@ def probe(p, check_mode=False, run_command=None, which=None):
         result["active"] = service_active(p["service"], run_command, which)
         if not result["active"]:
             reasons.append("service %s not active" % p["service"])
+        elif p.get("live"):
+            result["live"] = live_reading(p["live"], audit["release"])
         # Every finding changes a fingerprint component (or starts the service).
         result["restart_needed"] = bool(reasons)
     result["compliant"] = not reasons
@@ -510,6 +690,9 @@ def probe(p, check_mode=False, run_command=None, which=None):
     if p["memo_write"] and not check_mode and result["compliant"] and p["flags_memo_file"]:
         store_table_memo(p["flags_memo_file"], flags["memo_key"], flags["table"])
     audit.pop("memo_key", None)
+    textfile = dict(p["textfile"], accept_length_min=(p.get("live") or {}).get("accept_length_min", 0)) \
+        if p.get("textfile") else None
+    result["textfile"] = write_textfile(textfile, result, p.get("_check_mode", False))
     return result
 
 
@@ -533,6 +716,20 @@ def main():
             memo_write=dict(type="bool", default=False),
             extra_args=dict(type="list", elements="raw", default=[]),
             flags_memo_file=dict(type="path"),
+            live=dict(type="dict", options=dict(
+                url=dict(type="str", required=True),
+                expected=dict(type="dict", default={}),
+                accept_length_min=dict(type="float", default=0),
+                prompts=dict(type="list", elements="str", default=[]),
+                max_new_tokens=dict(type="int", default=32, no_log=False),
+                request_timeout=dict(type="float", default=30),
+                generate_timeout=dict(type="float", default=120),
+            )),
+            textfile=dict(type="dict", options=dict(
+                path=dict(type="path", required=True),
+                state_file=dict(type="path", required=True),
+                mode=dict(type="str", default="remediate"),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -540,8 +737,12 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    result = probe(module.params, check_mode=module.check_mode, run_command=module.run_command,
-                   which=module.get_bin_path)
+    params = dict(module.params, _check_mode=module.check_mode)
+    try:
+        result = probe(params, check_mode=module.check_mode, run_command=module.run_command,
+                       which=module.get_bin_path)
+    except OSError as exc:
+        module.fail_json(msg="could not write the textfile: %s" % exc)
     errors = result["server_flags"]["errors"]
     if errors:
         module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"

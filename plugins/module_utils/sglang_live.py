@@ -1,0 +1,207 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a running SGLang server says about its speculative decoding, read without disturbing it.
+
+Shared by ``sglang_probe`` (audits and reruns read the live state of an active
+server) and ``sglang_gate`` (the reading after a restart), so both judge a server
+the same way. Standard library only (plus Ansible's ``open_url`` on hosts); must run
+under any host ``python3`` from 3.9.
+
+Field names, read from the released wheels 0.5.4.post2 ... 0.5.23:
+
+- ``/server_info`` from 0.5.6; ``/get_server_info`` in every release (a deprecated alias
+  that logs a warning from 0.5.6 on), so the newer name is tried first.
+- The resolved server args at the top level of that answer (``speculative_num_steps`` ...),
+  ``version``, and ``internal_states``: one dict per data-parallel rank from the
+  scheduler's ``get_internal_state``, where ``avg_spec_accept_length`` (accepted tokens per
+  verify step, cumulative since the start) appears once a speculative step has run.
+- Per request, ``meta_info.completion_tokens`` and ``meta_info.spec_verify_ct``; the
+  tokenizer manager computes ``spec_accept_length`` from exactly these two.
+
+A release that lacks a field is said so ("not reported by this release"), never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+# The speculative settings a server reports, compared with the rendered flags.
+SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+            "speculative_num_draft_tokens")
+INFO_ENDPOINTS = ("/server_info", "/get_server_info")
+NOT_REPORTED = "not reported by this release"
+
+# request(url, timeout, body=None) -> (status or None, parsed JSON or None, error text)
+Requester = Callable[..., Tuple[Optional[int], Any, str]]
+
+
+def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None) -> Tuple[Optional[int], Any, str]:
+    """(status, parsed JSON or None, error text) for one GET or JSON POST; never raises."""
+    from urllib.error import HTTPError
+
+    from ansible.module_utils.urls import open_url
+
+    data = None if body is None else json.dumps(body).encode("utf-8")
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    try:
+        resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
+                        timeout=timeout, validate_certs=True)
+        raw = resp.read()
+        status = resp.getcode()
+    except HTTPError as exc:
+        return exc.code, None, "HTTP %s from %s" % (exc.code, url)
+    except Exception as exc:  # noqa: BLE001 - connection refused, timeout, reset: reported, not raised
+        return None, None, "%s: %s" % (type(exc).__name__, exc)
+    try:
+        return status, json.loads(raw.decode("utf-8")) if raw.strip() else None, ""
+    except ValueError:
+        return status, None, "%s did not return JSON" % url
+
+
+def fetch_server_info(request: Requester, base: str, timeout: float) -> Tuple[Optional[Dict[str, Any]], str, str]:
+    """(info, endpoint, error): /server_info, or /get_server_info where a release has only that."""
+    error = ""
+    for endpoint in INFO_ENDPOINTS:
+        status, info, error = request(base + endpoint, timeout)
+        if status == 200 and isinstance(info, dict):
+            return info, endpoint, ""
+        if status != 404:
+            break  # down, starting or failing: the alias would say the same
+    return None, "", error or "no server info"
+
+
+def _number(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def server_accept_length(info: Dict[str, Any]) -> Tuple[Optional[float], str]:
+    """Mean ``avg_spec_accept_length`` over the data-parallel ranks that report it, and a note."""
+    states = info.get("internal_states")
+    if not isinstance(states, list):
+        return None, "internal_states " + NOT_REPORTED
+    values = [v for v in (_number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict))
+              if v is not None]
+    if not values:
+        return None, ("avg_spec_accept_length not reported: SGLang adds it once a speculative step has run"
+                      " since the start")
+    return sum(values) / len(values), ""
+
+
+def probe_accept_length(answers: Sequence[Any]) -> Tuple[Optional[float], str]:
+    """Accepted tokens per verify step over probe generations: sum(completion_tokens) / sum(spec_verify_ct)."""
+    tokens = verify = 0
+    for answer in answers:
+        meta = answer.get("meta_info") if isinstance(answer, dict) else None
+        if not isinstance(meta, dict):
+            continue
+        ct, vc = _number(meta.get("completion_tokens")), _number(meta.get("spec_verify_ct"))
+        if ct is None or vc is None or vc <= 0:
+            continue
+        tokens += ct
+        verify += vc
+    if not answers:
+        return None, ""
+    if verify == 0:
+        return None, "meta_info.spec_verify_ct " + NOT_REPORTED
+    return tokens / verify, ""
+
+
+def running_settings(info: Dict[str, Any]) -> Dict[str, Any]:
+    """The speculative settings and version the server reports; None where a release lacks one."""
+    out: Dict[str, Any] = {name: info.get(name) for name in SETTINGS}
+    out["version"] = info.get("version")
+    return out
+
+
+def settings_differences(running: Dict[str, Any], expected: Dict[str, Any]) -> Tuple[List[str], List[str]]:
+    """(differences, notes): one "name running (rendered X)" per setting that differs."""
+    diffs: List[str] = []
+    notes: List[str] = []
+    for name in list(SETTINGS) + ["version"]:
+        if name not in expected or expected[name] in (None, ""):
+            continue
+        have, want = running.get(name), expected[name]
+        if have is None:
+            notes.append("%s %s" % (name, NOT_REPORTED))
+            continue
+        if name in ("speculative_algorithm", "version"):
+            same = str(have) == str(want)
+        else:
+            try:
+                same = int(have) == int(want)
+            except (TypeError, ValueError):
+                same = False
+        if not same:
+            diffs.append("%s %s (%s %s)" % (name, have, "installed" if name == "version" else "rendered", want))
+    return diffs, notes
+
+
+def judge(info: Optional[Dict[str, Any]], endpoint: str, error: str, answers: Sequence[Any],
+          expected: Dict[str, Any], accept_length_min: float, probe_error: str = "") -> Dict[str, Any]:
+    """The live reading and its verdict, from what was fetched; pure, so it is tested without a server.
+
+    The probe generations' measurement is preferred: it is what the server accepts now,
+    while ``avg_spec_accept_length`` is an average since the start that a drop after
+    weeks of good service barely moves. Both are returned.
+    """
+    reading: Dict[str, Any] = dict(read=False, endpoint=endpoint, settings={}, accept_length=None,
+                                   accept_length_source="", accept_length_server_info=None,
+                                   accept_length_probe=None, probe_requests=len(answers),
+                                   notes=[], reasons=[], classes=[])
+    if info is None:
+        reading["reasons"].append("live: server info unavailable (%s)" % error)
+        reading["classes"].append("live_unavailable")
+        return reading
+    reading["read"] = True
+    reading["settings"] = running_settings(info)
+    diffs, notes = settings_differences(reading["settings"], expected)
+    reading["notes"] += notes
+    if diffs:
+        reading["reasons"].append("live: the server runs " + ", ".join(diffs))
+        reading["classes"].append("live_settings")
+    server, note = server_accept_length(info)
+    reading["accept_length_server_info"] = None if server is None else round(server, 3)
+    if note:
+        reading["notes"].append(note)
+    probe, note = probe_accept_length(answers)
+    reading["accept_length_probe"] = None if probe is None else round(probe, 3)
+    if note:
+        reading["notes"].append(note)
+    if probe_error:
+        reading["reasons"].append("live: probe generation failed (%s)" % probe_error)
+        reading["classes"].append("live_unavailable")
+    if probe is not None:
+        reading["accept_length"], reading["accept_length_source"] = round(probe, 3), "probe"
+    elif server is not None:
+        reading["accept_length"], reading["accept_length_source"] = round(server, 3), "server info"
+    value = reading["accept_length"]
+    if value is not None and accept_length_min > 0 and value < accept_length_min:
+        reading["reasons"].append("live: accept length %s (%s%s) below sglang_accept_length_min %s" % (
+            value, reading["accept_length_source"],
+            ", %d requests" % len(answers) if reading["accept_length_source"] == "probe" else ", since the start",
+            accept_length_min))
+        reading["classes"].append("live_accept_length")
+    return reading
+
+
+def read_live(request: Requester, base: str, expected: Dict[str, Any], accept_length_min: float,
+              prompts: Sequence[str], max_new_tokens: int, request_timeout: float,
+              generate_timeout: float) -> Dict[str, Any]:
+    """Fetch server info and send the probe generations, then judge them (see judge)."""
+    base = base.rstrip("/")
+    info, endpoint, error = fetch_server_info(request, base, request_timeout)
+    answers: List[Any] = []
+    probe_error = ""
+    if info is not None:
+        for text in prompts:
+            status, answer, err = request(base + "/generate", generate_timeout, body={
+                "text": text, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}})
+            if status != 200 or not isinstance(answer, dict):
+                probe_error = err or "HTTP %s" % status
+                break
+            answers.append(answer)
+    return judge(info, endpoint, error, answers, expected, accept_length_min, probe_error)
