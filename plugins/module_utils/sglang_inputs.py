@@ -510,7 +510,7 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_speculative_num_draft_tokens": Variable(
         "a positive integer; with topk 1 exactly num_steps + 1, else at most the draft tree's capacity",
         _judged_with_num_steps),
-    "sglang_tp_size": Variable("a positive integer that divides the target's attention heads", _int_range(1)),
+    "sglang_tp_size": Variable("a positive integer", _int_range(1)),
     "sglang_host": Variable("an IPv4 or IPv6 address or a host name", _host),
     "sglang_port": Variable("an integer from 1 to 65535", _int_range(1, 65535)),
     "sglang_mem_fraction_static": Variable("null or a number between 0 and 1 (both excluded)", _mem_fraction),

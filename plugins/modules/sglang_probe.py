@@ -68,6 +68,13 @@ options:
     description: Path of the draft model's C(config.json).
     type: path
     required: true
+  target_model_path:
+    description:
+      - Target model directory. When given, its C(config.json) must name an architecture SGLang serves
+        with C(deepseek_v2.py), and every id in O(layer_ids) must be one the installed release's forward
+        family can capture for its C(num_hidden_layers); otherwise the probe fails, naming the variable,
+        so that a host whose target was swapped is refused rather than reported compliant.
+    type: path
   files:
     description:
       - Name to C({path, sha256}) of files rendered on the controller (unit, environment file).
@@ -119,7 +126,8 @@ options:
     default: false
 notes:
   - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
-    fails only on invalid O(layer_ids).
+    fails only on inputs that cannot work (invalid O(layer_ids), a target that is not a DeepSeek model,
+    ids the installed release cannot capture).
 seealso:
   - module: fleetops.sglang.sglang_eagle3
   - module: fleetops.sglang.sglang_fingerprint
@@ -308,6 +316,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import (
     DEEPSEEK_FILE,
+    capture_errors,
     DEFAULT_LAYER_IDS,
     Request,
     audit_memoized,
@@ -316,7 +325,13 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 impo
     validate_layer_ids,
 )
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
+    get_layer_ids,
+    load_json_object,
+    read_num_hidden_layers,
+    same_ids,
+    target_model_errors,
+)
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 
@@ -394,6 +409,30 @@ def fingerprint_reasons(components, state_file, audit, style):
     return ["fingerprint differs (%s): restart needed" % ", ".join(names)], info
 
 
+def forward_family(audit):
+    """The audit's forward family (L, C, P, R), also from a memo that predates ``shape``."""
+    forward = (audit.get("shape") or {}).get("forward")
+    family = audit.get("family") or ""
+    if forward:
+        return forward
+    if family.startswith("native_"):
+        return family[len("native_"):]
+    return "L" if family.endswith("_loop") else None
+
+
+def input_errors(p, audit):
+    """Inputs that cannot work on this host: checked here too, so the fast path refuses them."""
+    target = p["target_model_path"]
+    if not target:
+        return []
+    errors = target_model_errors(target)
+    if errors or audit["release"] != p["expected_version"] or audit["decision"] not in ("patch", "native"):
+        return errors
+    forward = forward_family(audit)
+    return capture_errors(p["layer_ids"], read_num_hidden_layers(target),
+                          forward if forward in ("L", "C", "P", "R") else None, audit["release"])
+
+
 def probe(p):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
@@ -404,6 +443,9 @@ def probe(p):
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
     ), p["memo_file"], write=False)
     audit.pop("diff", None)
+    result["errors"] = input_errors(p, audit)
+    if result["errors"]:
+        return result
     result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
                   draft_layer_ids=audit["draft_layer_ids"])
     if audit["release"] is None:
@@ -445,6 +487,7 @@ def main():
             pipeline_parallel_size=dict(type="int", default=1),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             draft_config=dict(type="path", required=True),
+            target_model_path=dict(type="path"),
             files=dict(type="dict", default={}),
             fingerprint_file=dict(type="path"),
             fingerprint_components=dict(type="dict", default={}),
@@ -460,7 +503,11 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(**probe(module.params))
+    result = probe(module.params)
+    if result.get("errors"):
+        module.fail_json(msg="; ".join(result["errors"]), errors=result["errors"])
+    result.pop("errors", None)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
