@@ -151,3 +151,12 @@ def test_check_mode_rows_say_would_change(callback, tmp_path):
     assert doc["run"]["result"] == "would change"
     assert rows["h1"]["status"] == "would change" and rows["h2"]["status"] == "ok"
     assert "would restart: unit would change" in md
+
+
+def test_a_rolled_back_host_says_what_was_restored_not_patched():
+    row = dict(report.new_row("gpu-1"), decision="patch", sha256_before="a" * 64, sha256_after="b" * 64,
+               rolled_back=True, rollback=["/etc/systemd/system/sglang.service restored to sha256 " + "c" * 64])
+    action = report.action_of(row, check_mode=False)
+    assert action == "rolled back: /etc/systemd/system/sglang.service restored to sha256 " + "c" * 64
+    assert report.action_of(dict(row, rollback=[]), False) == "rolled back: nothing this run had changed"
+    assert report.action_of(dict(row, rolled_back=False), False) == "patched"

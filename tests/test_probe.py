@@ -474,3 +474,37 @@ def test_the_server_flags_module_checks_after_the_install(host, tmp_path):
     assert rc == 0 and not res["checked"] and "checked after the install" in res["reason"], res
     rc, res = run_module(module, tmp_path, dict(venv=str(tmp_path / "none"), extra_args=["--x"], required=True))
     assert rc != 0 and "no SGLang installed" in res["msg"]
+# ------------------------------------------------------ inputs refused by the probe
+
+TARGET_FIXTURE = REPO / "files" / "models" / "deepseek-v3" / "config.json"
+
+
+def target_dir(tmp: Path, **changes) -> Path:
+    """A target model directory holding the test bed's DeepSeek-V3 config, changed as asked."""
+    target = tmp / "target"
+    target.mkdir(exist_ok=True)
+    config = json.loads(TARGET_FIXTURE.read_text())
+    config.update(changes)
+    (target / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return target
+
+
+def test_a_converged_host_whose_target_is_swapped_for_llama_is_refused(host):
+    h = host("0.5.9")
+    assert h.probe(target_model_path=str(target_dir(h.tmp)))["compliant"] is True
+    llama = target_dir(h.tmp, architectures=["LlamaForCausalLM"], model_type="llama")
+    rc, res = run_module(MODULE, h.tmp, h.args(target_model_path=str(llama)))
+    assert rc != 0 and res["failed"], res
+    assert "sglang_model_path=%s" % llama in res["msg"] and '["LlamaForCausalLM"]' in res["msg"], res["msg"]
+
+
+@pytest.mark.parametrize("version,family", [("0.5.9", "L"), ("0.5.14", "C")])
+def test_ids_the_release_never_captures_are_refused_on_the_fast_path(host, version, family):
+    h = host(version, patch=version == "0.5.9")
+    # 60 is the last decoder layer of a 61-layer target: its output is never captured.
+    rc, res = run_module(MODULE, h.tmp, h.args(target_model_path=str(target_dir(h.tmp)),
+                                               layer_ids=[-1, 2, 60]))
+    assert rc != 0 and res["failed"], res
+    assert "sglang_eagle3_layer_ids has [60]" in res["msg"], res["msg"]
+    assert "sglang %s (forward family %s)" % (version, family) in res["msg"], res["msg"]
+    assert "then 0..59" in res["msg"], res["msg"]

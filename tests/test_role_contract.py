@@ -46,3 +46,12 @@ def test_readme_variable_table_lists_every_variable():
     readme = (ROOT / "README.md").read_text()
     rows = set(re.findall(r"^\| `(sglang_\w+)` \|", readme, flags=re.M))
     assert rows == set(_options()), sorted(set(_options()) ^ rows)
+
+
+def test_readme_variable_table_is_the_generated_one():
+    """Defaults, meanings and the accepted column come from the specs and sglang_inputs.py."""
+    import subprocess
+
+    table = subprocess.run([str(ROOT / "scripts" / "variable-table")], capture_output=True, text=True,
+                           check=True).stdout
+    assert table.strip() in (ROOT / "README.md").read_text(), "README table is stale: run scripts/variable-table"

@@ -100,8 +100,8 @@ def snapshot(host) -> Dict[str, str]:
                        " find %s -xdev ! -type d -printf '%%y %%m %%u:%%g %%s %%T@ %%p\\n'; } 2>/dev/null | sort"
                        % (paths, paths))
     hashes = host.run("find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum" % paths)
-    service = host.run("systemctl show -p ActiveState -p SubState -p MainPID "
-                       "-p ActiveEnterTimestampMonotonic -p UnitFileState -p FragmentPath sglang")
+    service = host.run("systemctl show -p ActiveState -p SubState -p MainPID -p ExecMainStartTimestampMonotonic "
+                       "-p ActiveEnterTimestampMonotonic -p NRestarts -p UnitFileState -p FragmentPath sglang")
     accounts = host.run("getent passwd sglang; getent group sglang; true")
     return {"listing": listing.stdout, "hashes": hashes.stdout, "service": service.stdout,
             "accounts": accounts.stdout}

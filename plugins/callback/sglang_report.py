@@ -111,7 +111,7 @@ def new_row(host: str) -> Dict[str, Any]:
         "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
         "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
-        "restart_reasons": [], "rolled_back": False, "health": "", "accept_length": None,
+        "restart_reasons": [], "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
         "live_notes": [], "error": "", "failed_task": "", "stats": {},
     }
@@ -135,6 +135,9 @@ def action_of(row: Dict[str, Any], check_mode: bool) -> str:
     """What the run did (or, in check/audit mode, would do) to the SGLang source."""
     decision = row.get("decision") or ""
     would = check_mode or row.get("mode") == "audit"
+    if row.get("rolled_back"):
+        # After a failed gate what is in place is what the rollback put back, not the patch.
+        return "rolled back: " + ("; ".join(row.get("rollback") or []) or "nothing this run had changed")
     if decision == "patch":
         if row.get("sha256_before") and row.get("sha256_before") != row.get("sha256_after"):
             return "would patch" if would else "patched"
@@ -325,7 +328,7 @@ class CallbackModule(CallbackBase):
                     "companion", "health", "mode"):
             if key in fact:
                 row[key] = fact[key] if fact[key] not in (None, "None") else ""
-        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings"):
+        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings", "rollback"):
             if isinstance(fact.get(key), list):
                 row[key] = fact[key]
         if isinstance(fact.get("speculative_flags"), dict):

@@ -14,8 +14,15 @@ import re
 from typing import Any
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
+
+
+def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> list[str]:
+    """Every reason the role's variables cannot work, each naming the variable, its
+    value and what is accepted; the one preflight task refuses the run on any."""
+    return _inputs.variable_errors(dict(values or {}), live_prompts=int(live_prompts))
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
@@ -38,7 +45,12 @@ def speculative_errors(steps: Any, topk: Any, draft_tokens: Any) -> list[str]:
 def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     """The launch flags, one list item per argument, in a stable order."""
     ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port")
-    return _rules.render_server_args(**{k: _as_int(v) if k in ints else v for k, v in kwargs.items()})
+    args = {k: _as_int(v) if k in ints else v for k, v in kwargs.items()}
+    # -e sglang_mem_fraction_static=0.8 gives text; preflight has judged it a number in (0, 1).
+    if args.get("mem_fraction_static") is not None:
+        number = _inputs.as_number(args["mem_fraction_static"])
+        args["mem_fraction_static"] = number if number is not None else args["mem_fraction_static"]
+    return _rules.render_server_args(**args)
 
 
 def managed_flags(_input: Any = None) -> dict[str, str]:
@@ -75,6 +87,7 @@ def service_paths(home: str, model_paths: list[Any], environment: Any = None) ->
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
+            "variable_errors": variable_errors,
             "layer_id_errors": layer_id_errors,
             "speculative_errors": speculative_errors,
             "server_args": server_args,

@@ -99,6 +99,64 @@ def native_layer_ids(layer_ids: Sequence[int]) -> List[int]:
     return [0 if val == -1 else val + 1 for val in layer_ids]
 
 
+# --------------------------------------------------------------- capture range
+
+# Where each forward family captures, read in DeepseekV2Model.forward of the releases
+# (and executed on CPU, see sglang-facts.md). Every family captures the stream
+# *entering* layer i, inside ``for i in range(start_layer, end_layer)``, so the
+# output of the last decoder layer (index num_hidden_layers) is never captured:
+#   L (0.5.4.post2 .. 0.5.13.post1): before layer i, ``if i in self.layers_to_capture``;
+#       the patch captures the embedding for -1 and maps N to index N + 1.
+#   C (0.5.14 .. 0.5.16): layer i gets ``captured_last_layer_outputs`` when i is listed.
+#   P (0.5.17 .. 0.5.20): the same, into AuxHiddenStatePacker(len(layers_to_capture)),
+#       which raises "captured k of n" at run time for an index never reached.
+#   R (0.5.21 ..): the same loop after the residual refactor.
+# On native families index 0 is the embedding output and N + 1 the output of layer N.
+CAPTURE_FORWARDS = {
+    "L": "capture before layer i, for i < num_hidden_layers",
+    "C": "capture of the input of decoder layer i, for i < num_hidden_layers",
+    "P": "capture of the input of decoder layer i, for i < num_hidden_layers (packer)",
+    "R": "capture of the input of decoder layer i, for i < num_hidden_layers (packer)",
+}
+
+
+def capturable_range(forward: Optional[str], num_hidden_layers: int) -> Tuple[int, int]:
+    """Lowest and highest user id ("-1 = embedding, N = output of layer N") a family captures.
+
+    ``forward`` None means "not installed yet": the range every supported family
+    shares, which is what a fresh host is checked against before the install.
+    """
+    if forward is not None and forward not in CAPTURE_FORWARDS:
+        raise ValueError("unknown forward family %r" % (forward,))
+    # Every family today: index i < num_hidden_layers, and user id N is index N + 1.
+    return -1, num_hidden_layers - 2
+
+
+def capture_errors(layer_ids: Sequence[Any], num_hidden_layers: Optional[int], forward: Optional[str] = None,
+                   release: Optional[str] = None, var: str = "sglang_eagle3_layer_ids") -> List[str]:
+    """Ids that the release (or, before the install, no supported release) can capture.
+
+    An id SGLang never reaches is not an error it reports: on 0.5.4.post2 .. 0.5.16 the
+    draft is silently fed fewer hidden states than it was trained on, from 0.5.17 the
+    server fails at the first forward pass. Either way it must be refused before
+    anything is written.
+    """
+    if num_hidden_layers is None:
+        return []
+    low, high = capturable_range(forward, num_hidden_layers)
+    ints = [v for v in layer_ids if isinstance(v, int) and not isinstance(v, bool)]
+    beyond = [v for v in ints if v > high or v < low]
+    if not beyond:
+        return []
+    if forward:
+        where, how = "sglang %s (forward family %s)" % (release or "?", forward), CAPTURE_FORWARDS[forward]
+    else:
+        where, how = "no supported SGLang release", CAPTURE_FORWARDS["L"]
+    return ["%s has %r, but the target model has %d hidden layers and %s never captures the output of its "
+            "last decoder layer %d or beyond (%s); accepted for this release: -1 (the embedding output) first, "
+            "then 0..%d" % (var, beyond, num_hidden_layers, where, num_hidden_layers - 1, how, high)]
+
+
 # ------------------------------------------------------------------ installation
 
 

@@ -287,6 +287,49 @@ def read_num_hidden_layers(model_dir: str) -> Optional[int]:
     return None
 
 
+# The model classes sglang/srt/models/deepseek_v2.py registers (its EntryClass), the
+# same in every release from 0.5.4.post2 to 0.5.23 (tests/test_target_model.py reads
+# them from the real files). SGLang picks the class from ``architectures``; anything
+# else is served by another file, where the patch and the layer ids mean nothing.
+DEEPSEEK_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")
+# model_type of the configs those classes are published with (DeepSeek-V2/V2.5,
+# V3/R1, V3.2, and Kimi K2, a DeepseekV3ForCausalLM checkpoint).
+DEEPSEEK_MODEL_TYPES = ("deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2")
+
+
+def target_model_errors(model_dir: str, var: str = "sglang_model_path") -> List[str]:
+    """Why the target is not a model SGLang serves with deepseek_v2.py, read-only.
+
+    Without this a Llama target is "remediated" with rc 0: the patch is applied to a
+    file the server never loads, and the draft's layer ids then index another model.
+    """
+    path = os.path.join(model_dir, "config.json")
+    accepted = "a DeepSeek target: architectures %s, model_type %s" % (
+        " or ".join(DEEPSEEK_ARCHITECTURES), ", ".join(DEEPSEEK_MODEL_TYPES))
+    try:
+        config = _load_json_object(path)
+    except (OSError, ValueError) as exc:
+        return ["%s=%s: %s; accepted: %s" % (var, model_dir, exc, accepted)]
+    if config is None:
+        return ["%s=%s: %s does not exist on the host, so the target cannot be checked; accepted: %s"
+                % (var, model_dir, path, accepted)]
+    archs = config.get("architectures")
+    model_type = config.get("model_type")
+    errors = []
+    if not (isinstance(archs, list) and archs and all(a in DEEPSEEK_ARCHITECTURES for a in archs)):
+        errors.append("%s=%s: %s has architectures %s, which SGLang does not serve with "
+                      "sglang/srt/models/deepseek_v2.py, so the embedding-capture patch and the draft's layer ids "
+                      "would mean something else there; accepted: %s"
+                      % (var, model_dir, path, json.dumps(archs), accepted))
+    elif model_type not in DEEPSEEK_MODEL_TYPES:
+        errors.append("%s=%s: %s has model_type %s, not one of a DeepSeek checkpoint; accepted: %s"
+                      % (var, model_dir, path, json.dumps(model_type), accepted))
+    elif read_num_hidden_layers(model_dir) is None:
+        errors.append("%s=%s: %s has no integer num_hidden_layers, which bounds the layer ids; accepted: %s"
+                      % (var, model_dir, path, accepted))
+    return errors
+
+
 def read_safetensors_header(path: str) -> Dict[str, Any]:
     """Return the JSON header of a safetensors file without reading tensor data.
 

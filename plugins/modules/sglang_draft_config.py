@@ -56,8 +56,9 @@ options:
     type: raw
   target_model_path:
     description:
-      - Target model directory; its C(config.json) bounds the ids by C(num_hidden_layers).
-      - Without it, or when its C(config.json) has no C(num_hidden_layers) (a warning), the ids are not bounded by depth.
+      - Target model directory. Its C(config.json) must name an architecture SGLang serves with
+        C(deepseek_v2.py) (C(DeepseekV2ForCausalLM), C(DeepseekV3ForCausalLM), C(DeepseekV32ForCausalLM))
+        and bounds the ids by C(num_hidden_layers) - 2 (the last layer's output is never captured).
     type: path
   backup_dir:
     description:
@@ -190,6 +191,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import capture_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
     expected_id_count_from_draft,
     get_layer_ids,
@@ -197,6 +199,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative
     read_num_hidden_layers,
     render_config,
     same_ids,
+    target_model_errors,
     validate_layer_ids,
     with_layer_ids,
 )
@@ -298,23 +301,26 @@ def main() -> None:
 
     num_hidden_layers = None
     target = p["target_model_path"]
+    if target:
+        # The target must be a model deepseek_v2.py serves, or the ids mean nothing.
+        target_errors = target_model_errors(target)
+        if target_errors:
+            module.fail_json(msg="refusing to write %s: %s" % (config_path, "; ".join(target_errors)),
+                             errors=target_errors)
     try:
         if target:
             num_hidden_layers = read_num_hidden_layers(target)
-            if num_hidden_layers is None:
-                module.warn(
-                    "target_model_path %s has no config.json with num_hidden_layers; "
-                    "layer ids are not bounded by the target's depth" % target
-                )
         expected_count = expected_id_count_from_draft(p["path"])
     except (OSError, ValueError) as exc:
         module.fail_json(msg=str(exc))
 
     errors = []
     if p["user_layer_ids"] is not None:
-        errors += validate_layer_ids(
-            p["user_layer_ids"], num_hidden_layers, expected_count, var="sglang_eagle3_layer_ids"
-        )
+        # The user's ids are bounded by what SGLang can capture (the last layer's output
+        # never is), before the install with the range every supported release shares.
+        errors += validate_layer_ids(p["user_layer_ids"], None, expected_count, var="sglang_eagle3_layer_ids")
+        if not errors:
+            errors += capture_errors(p["user_layer_ids"], num_hidden_layers)
     # The same list under a second name would only repeat every error.
     if p["user_layer_ids"] is None or p["layer_ids"] != p["user_layer_ids"]:
         errors += validate_layer_ids(p["layer_ids"], num_hidden_layers, expected_count, var="layer_ids")

@@ -81,6 +81,13 @@ options:
     description: Path of the draft model's C(config.json).
     type: path
     required: true
+  target_model_path:
+    description:
+      - Target model directory. When given, its C(config.json) must name an architecture SGLang serves
+        with C(deepseek_v2.py), and every id in O(layer_ids) must be one the installed release's forward
+        family can capture for its C(num_hidden_layers); otherwise the probe fails, naming the variable,
+        so that a host whose target was swapped is refused rather than reported compliant.
+    type: path
   files:
     description:
       - Name to C({path, sha256}) of files rendered on the controller (unit, environment file).
@@ -206,7 +213,8 @@ options:
         default: remediate
 notes:
   - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
-    fails only on invalid O(layer_ids) or on O(extra_args) the installed release would not run as rendered.
+    fails only on inputs that cannot work (invalid O(layer_ids), a target that is not a DeepSeek model,
+    ids the installed release cannot capture, O(extra_args) the installed release would not run as rendered).
 seealso:
   - module: fleetops.sglang.sglang_eagle3
   - module: fleetops.sglang.sglang_fingerprint
@@ -519,6 +527,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import (
     DEEPSEEK_FILE,
+    capture_errors,
     DEFAULT_LAYER_IDS,
     Request,
     audit_memoized,
@@ -530,7 +539,13 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs 
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import get_layer_ids, load_json_object, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
+    get_layer_ids,
+    load_json_object,
+    read_num_hidden_layers,
+    same_ids,
+    target_model_errors,
+)
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 
@@ -633,6 +648,30 @@ def write_textfile(textfile, result, check_mode, now=None):
     return textfile["path"]
 
 
+def forward_family(audit):
+    """The audit's forward family (L, C, P, R), also from a memo that predates ``shape``."""
+    forward = (audit.get("shape") or {}).get("forward")
+    family = audit.get("family") or ""
+    if forward:
+        return forward
+    if family.startswith("native_"):
+        return family[len("native_"):]
+    return "L" if family.endswith("_loop") else None
+
+
+def input_errors(p, audit):
+    """Inputs that cannot work on this host: checked here too, so the fast path refuses them."""
+    target = p["target_model_path"]
+    if not target:
+        return []
+    errors = target_model_errors(target)
+    if errors or audit["release"] != p["expected_version"] or audit["decision"] not in ("patch", "native"):
+        return errors
+    forward = forward_family(audit)
+    return capture_errors(p["layer_ids"], read_num_hidden_layers(target),
+                          forward if forward in ("L", "C", "P", "R") else None, audit["release"])
+
+
 def probe(p, check_mode=False, run_command=None, which=None):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
@@ -646,6 +685,9 @@ def probe(p, check_mode=False, run_command=None, which=None):
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
     ), p["memo_file"], write=False)
     audit.pop("diff", None)
+    result["errors"] = input_errors(p, audit)
+    if result["errors"]:
+        return result
     result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
                   draft_layer_ids=audit["draft_layer_ids"])
     if audit["release"] is None:
@@ -706,6 +748,7 @@ def main():
             pipeline_parallel_size=dict(type="int", default=1),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             draft_config=dict(type="path", required=True),
+            target_model_path=dict(type="path"),
             files=dict(type="dict", default={}),
             fingerprint_file=dict(type="path"),
             fingerprint_components=dict(type="dict", default={}),
@@ -743,6 +786,9 @@ def main():
                        which=module.get_bin_path)
     except OSError as exc:
         module.fail_json(msg="could not write the textfile: %s" % exc)
+    if result.get("errors"):
+        module.fail_json(msg="; ".join(result["errors"]), errors=result["errors"])
+    result.pop("errors", None)
     errors = result["server_flags"]["errors"]
     if errors:
         module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"

@@ -9,6 +9,7 @@ get there put it back afterwards, and that is checked too.
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -20,11 +21,20 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import (  # noqa: E402
-    DRAFT_CONFIG, SITE, DEEPSEEK_REL, run_playbook, snapshot, snapshot_diff, starts,
+    DRAFT_CONFIG, SITE, DEEPSEEK_REL, UNIT, run_playbook, sha256, snapshot, snapshot_diff, starts,
 )
 
 DRAFT_DIR = "/models/DeepSeek-V3-EAGLE3"
 STASH = "/root/bad-input-stash"  # outside every watched path
+ENV_FILE = "/etc/sglang/sglang.env"
+BACKUP_DIR = "/var/lib/sglang-remediation/backup"
+
+
+def report_row(report_dir: Path) -> Dict[str, Any]:
+    """The one host's row of the fleet report the callback wrote for the last run."""
+    rows = json.loads((report_dir / "latest" / "fleet.json").read_text())["hosts"]
+    assert len(rows) == 1, rows
+    return rows[0]
 
 
 @dataclass
@@ -36,6 +46,8 @@ class Case:
     breaks: Optional[str] = None
     restore: Optional[str] = None
     tags: List[str] = field(default_factory=list)
+    # Text that must appear nowhere in the run's output (a secret the case carries).
+    hidden: List[str] = field(default_factory=list)
 
 
 CASES = [
@@ -91,6 +103,91 @@ CASES = [
          ["/models/no-such-draft/config.json does not exist"]),
 ]
 
+TARGET_CONFIG = "/models/DeepSeek-V3/config.json"
+LLAMA = ("python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); "
+         "c.update(architectures=[\"LlamaForCausalLM\"], model_type=\"llama\"); "
+         "json.dump(c, open(sys.argv[1], \"w\"), indent=2)' ")
+
+# Issue 12: one case for every class of input the preflight contract refuses (controller
+# side: type, range, format, control characters), the target check on the host, and the
+# release-aware layer ids. Each must fail before any write or restart.
+CASES += [
+    # ports, positive ints, timeouts, ranges
+    Case("port_out_of_range_as_the_cli_gives_it", {"sglang_port": "70000"},
+         ["sglang_port=70000", "from 1 to 65535"]),
+    Case("port_zero", {"sglang_port": 0}, ["sglang_port=0", "from 1 to 65535"]),
+    Case("port_not_a_number", {"sglang_port": "abc"}, ["sglang_port", "'abc'"]),
+    Case("port_as_bool", {"sglang_port": True}, ["sglang_port=true", "from 1 to 65535"]),
+    Case("tp_size_zero", {"sglang_tp_size": 0}, ["sglang_tp_size=0", "positive integer"]),
+    Case("start_timeout_negative", {"sglang_start_timeout": -5}, ["sglang_start_timeout=-5", "positive integer"]),
+    Case("health_timeout_zero", {"sglang_health_timeout": 0}, ["sglang_health_timeout=0", "positive integer"]),
+    Case("health_request_timeout_below_sglangs_check", {"sglang_health_request_timeout": 10},
+         ["sglang_health_request_timeout=10", "above 20"]),
+    Case("live_gate_requests_beyond_the_prompts", {"sglang_live_gate_requests": 9},
+         ["sglang_live_gate_requests=9", "from 1 to 5"]),
+    Case("accept_length_min_no_step_can_reach", {"sglang_accept_length_min": 20},
+         ["sglang_accept_length_min=20", "sglang_speculative_num_draft_tokens=16"]),
+    Case("mem_fraction_above_one", {"sglang_mem_fraction_static": 1.5},
+         ["sglang_mem_fraction_static=1.5", "between 0 and 1"]),
+    Case("mem_fraction_zero", {"sglang_mem_fraction_static": 0}, ["sglang_mem_fraction_static=0", "between 0 and 1"]),
+    # Refused by the argument spec already (it names the variable and the value).
+    Case("speculative_triple_left_to_sglang", {"sglang_speculative_num_steps": None},
+         ["sglang_speculative_num_steps", "None"]),
+    Case("bool_that_is_not_one", {"sglang_fast_path": "maybe"}, ["sglang_fast_path", "'maybe'"]),
+    # host paths
+    Case("venv_relative", {"sglang_venv": "opt/sglang/venv"}, ["sglang_venv=opt/sglang/venv", "absolute path"]),
+    Case("python_relative", {"sglang_python": "python3"}, ["sglang_python=python3", "absolute path"]),
+    Case("model_path_relative", {"sglang_model_path": "models/DeepSeek-V3"},
+         ["sglang_model_path=models/DeepSeek-V3", "absolute path"]),
+    Case("wheelhouse_remote_with_dotdot", {"sglang_wheelhouse_remote": "/var/cache/../../etc"},
+         ["sglang_wheelhouse_remote=/var/cache/../../etc", ". or .."]),
+    Case("state_dir_is_etc", {"sglang_state_dir": "/etc"}, ["sglang_state_dir=/etc", "system directory"]),
+    Case("home_with_a_space", {"sglang_home": "/var/lib/my sglang"},
+         ["sglang_home=/var/lib/my sglang", "unquoted"]),
+    Case("home_inside_state_dir", {"sglang_home": "/var/lib/sglang-remediation/home"},
+         ["sglang_home=/var/lib/sglang-remediation/home", "overlaps sglang_state_dir"]),
+    Case("server_command_not_absolute", {"sglang_server_command": "python -m sglang.launch_server"},
+         ["sglang_server_command=python -m sglang.launch_server", "absolute program path"]),
+    Case("pre_restart_hook_missing", {"sglang_pre_restart_tasks": "/nonexistent/drain.yml"},
+         ["sglang_pre_restart_tasks=/nonexistent/drain.yml", "does not exist on the controller"]),
+    # names and formats
+    Case("user_root", {"sglang_user": "root"}, ["sglang_user=root", "not root"]),
+    Case("user_not_posix", {"sglang_user": "SGLang User"}, ["sglang_user=SGLang User", "POSIX user name"]),
+    Case("group_not_posix", {"sglang_group": "9group"}, ["sglang_group=9group", "POSIX group name"]),
+    Case("service_name_with_a_slash", {"sglang_service_name": "../sglang"},
+         ["sglang_service_name=../sglang", "systemd unit name"]),
+    Case("host_not_an_address", {"sglang_host": "not a host"}, ["sglang_host=not a host", "IP address"]),
+    Case("pip_hash_with_prefix", {"sglang_pip_hashes": ["sha256:" + "a" * 64]},
+         ["sglang_pip_hashes[0]=sha256:aaaa", "sha256 hex digest"]),
+    Case("index_url_without_scheme", {"sglang_pip_index_url": "mirror.internal/simple"},
+         ["sglang_pip_index_url=mirror.internal/simple", "URL"]),
+    Case("environment_key_not_a_name", {"sglang_environment": {"HF-TOKEN": "x"}},
+         ["sglang_environment key=HF-TOKEN", "environment variable name"]),
+    Case("environment_value_bool", {"sglang_environment": {"SGLANG_FLAG": True}},
+         ["sglang_environment.SGLANG_FLAG is a bool"]),
+    # control characters: a newline would inject a directive into the unit or the env file
+    Case("newline_in_extra_args", {"sglang_extra_args": ["--log-level", "info\nExecStartPre=/bin/touch /pwned"]},
+         ["sglang_extra_args=", "ExecStartPre=/bin/touch /pwned", "control character \\\\n"]),
+    Case("newline_in_home", {"sglang_home": "/var/lib/sglang\n[Service]"},
+         ["sglang_home=", "[Service]", "control character \\\\n"]),
+    Case("carriage_return_in_server_command",
+         {"sglang_server_command": "/opt/sglang/venv/bin/python\r -m sglang.launch_server"},
+         ["sglang_server_command=", "control character \\\\r"]),
+    Case("newline_in_an_environment_secret", {"sglang_environment": {"HF_TOKEN": "hf_s3cret\nLD_PRELOAD=/x.so"}},
+         ["sglang_environment", "sglang_environment.HF_TOKEN", "control character \\\\n", "value not shown"],
+         hidden=["hf_s3cret", "LD_PRELOAD"]),
+    # host side: the target must be served by deepseek_v2.py (the probe sees it on a converged host)
+    Case("target_swapped_for_llama", {},
+         ["sglang_model_path=/models/DeepSeek-V3", "LlamaForCausalLM", "deepseek_v2.py"],
+         breaks="cp -p {t} {s}/target-config.json && {llama}{t}".format(t=TARGET_CONFIG, s=STASH, llama=LLAMA),
+         restore="cp -p {s}/target-config.json {t}".format(t=TARGET_CONFIG, s=STASH)),
+    Case("target_path_without_config", {"sglang_model_path": "/models/no-such-target"},
+         ["sglang_model_path=/models/no-such-target", "does not exist on the host"]),
+    # release-aware ids: on 0.5.9 (loop family) the last layer's output is never captured
+    Case("id_of_the_last_layer_never_captured", {"sglang_eagle3_layer_ids": [-1, 2, 60]},
+         ["sglang_eagle3_layer_ids has [60]", "sglang 0.5.9 (forward family L)", "then 0..59"]),
+]
+
 _FATAL = re.compile(r"^(?:fatal|failed): \[[^\]]+\].*$", re.M)
 
 
@@ -108,7 +205,7 @@ def converged(host):
 
 
 def test_the_table_is_big_enough():
-    assert len(CASES) >= 12
+    assert len(CASES) >= 50
     assert len({c.name for c in CASES}) == len(CASES)
 
 
@@ -127,6 +224,10 @@ def test_bad_input_fails_naming_the_cause_and_leaves_the_host_alone(host, conver
         assert fatal, run.tail()
         for text in case.expect:
             assert text in fatal, "%r not in the failure:\n%s" % (text, fatal)
+        # Noticed by the contract, never first by a filter or a module's argument handling.
+        assert "Finalization of task args" not in run.output and "filter plugin" not in fatal, fatal
+        for text in case.hidden:
+            assert text not in run.output, "%r leaked into the output" % text
         assert snapshot_diff(before, snapshot(host)) == []
     finally:
         if case.restore:
@@ -139,3 +240,48 @@ def test_the_host_is_still_compliant_after_the_table(host):
     run = run_playbook()
     assert run.rc == 0 and run.changed() == 0, run.tail(120)
     assert starts(host) == 1
+
+
+def test_a_failed_gate_rolls_back_and_leaves_no_file_outside_the_state_dir(host, monkeypatch, tmp_path):
+    """A valid change whose gate fails: the unit and environment come back byte for byte,
+    no backup stays next to them, and the kept copies are root's, 0600, under sglang_state_dir."""
+    before = snapshot(host)
+    unit_before, env_before = sha256(host, UNIT), sha256(host, ENV_FILE)
+    changed = {
+        "sglang_enable_metrics": True,  # a unit change
+        "sglang_environment": {"SGLANG_TEST_DOUBLE_STARTUP_DELAY": "2",
+                               "SGLANG_TEST_DOUBLE_START_LOG": "/var/lib/sglang/starts.log",
+                               "HF_TOKEN": "hf_demo_not_a_real_token", "EXTRA": "1"},  # an environment change
+        # Valid (at most the 16 draft tokens) but above what the test double's ~3.5 reaches.
+        "sglang_accept_length_min": 15,
+    }
+    # The scenario's Ansible config enables only profile_tasks; the report says what the rollback did.
+    monkeypatch.setenv("ANSIBLE_CALLBACKS_ENABLED", "ansible.posix.profile_tasks,fleetops.sglang.sglang_report")
+    monkeypatch.setenv("SGLANG_REPORT_DIR", str(tmp_path))
+    run = run_playbook(extra_vars=changed)
+    assert run.rc != 0, run.tail()
+    assert "failed its gate" in run.output, run.tail()
+    assert sha256(host, UNIT) == unit_before and sha256(host, ENV_FILE) == env_before
+    stray = host.run("find /etc/systemd/system /etc/sglang -name '*~' -o -name '*.[0-9]*.*@*'").stdout.split()
+    assert stray == [], stray
+    kept = host.run("find %s -name 'sglang.service.*' -o -name 'sglang.env.*' | xargs -r stat -c '%%a %%U %%n'"
+                    % BACKUP_DIR).stdout.splitlines()
+    assert kept and all(line.startswith("600 root ") for line in kept), kept
+    # Outside the state dir only the service's own start log moved (two starts: the
+    # failed one and the rollback's).
+    outside = [d for d in snapshot_diff(before, snapshot(host))
+               if "/var/lib/sglang-remediation" not in d and not d.startswith("service ")]
+    assert all("/var/lib/sglang/starts.log" in d or " /etc/systemd/system/sglang.service" in d
+               or " /etc/sglang/sglang.env" in d or "/var/lib/sglang/cache" in d for d in outside), outside
+    row = report_row(tmp_path)
+    assert row["rolled_back"] is True and row["action"].startswith("rolled back: "), row
+    assert "%s restored to sha256 %s" % (UNIT, unit_before) in row["action"], row["action"]
+    # Further changes keep at most three copies per file.
+    for extra in ("2", "3", "4"):
+        changed["sglang_environment"]["EXTRA"] = extra
+        assert run_playbook(extra_vars=changed).rc != 0
+    count = host.run("ls %s | grep -c '^sglang.env[.]'" % BACKUP_DIR).stdout.strip()
+    assert count == "3", count
+    # And the host is compliant again on the original variables.
+    rerun = run_playbook()
+    assert rerun.rc == 0 and rerun.changed() == 0, rerun.tail(80)

@@ -1,0 +1,325 @@
+"""plugins/module_utils/sglang_inputs.py: the role's input contract, one rule at a time.
+
+Every case starts from the role's real defaults (defaults/main.yml, with the
+demo fleet's overrides where they matter) and changes one variable; the message
+must name the variable and the value, and a valid value must pass.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import COLLECTIONS_PATH, REPO, ROLE  # noqa: F401  (puts the collection on sys.path)
+
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as si  # noqa: E402
+
+
+def defaults() -> dict:
+    values = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    values["sglang_server_command"] = "/opt/sglang/venv/bin/python -m sglang.launch_server"
+    return values
+
+
+def errors(**changes) -> list:
+    values = defaults()
+    values.update(changes)
+    return si.variable_errors(values)
+
+
+def refused(var: str, value, *expect: str) -> str:
+    found = errors(**{var: value})
+    assert found, "%s=%r was accepted" % (var, value)
+    text = " ".join(found)
+    assert var in text, text
+    for piece in expect:
+        assert piece in text, text
+    return text
+
+
+def test_the_defaults_pass():
+    assert si.variable_errors(defaults()) == []
+
+
+def test_the_demo_fleet_passes(tmp_path):
+    values = defaults()
+    values.update(yaml.safe_load((REPO / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text()))
+    wheels = tmp_path / "wheelhouse"
+    wheels.mkdir()
+    (wheels / "sglang-0.5.9-py3-none-any.whl").write_bytes(b"")
+    values.update(sglang_wheelhouse=str(wheels),
+                  sglang_server_command="/opt/sglang/venv/bin/python /usr/local/lib/x/sglang_test_double.py")
+    assert si.variable_errors(values) == []
+
+
+def test_every_variable_of_the_specs_has_a_rule():
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    assert set(si.VARIABLES) == set(spec["argument_specs"]["main"]["options"])
+    assert all(rule.accepted for rule in si.VARIABLES.values())
+
+
+def test_names_outside_the_role_are_ignored():
+    values = defaults()
+    values["sglang_serial"] = [1, "25%"]
+    values["sglang_remediation"] = {"host": "x"}
+    assert si.variable_errors(values) == []
+
+
+def test_message_style_names_variable_value_and_what_is_accepted():
+    (msg,) = errors(sglang_port=70000)
+    assert msg == "sglang_port=70000 is out of range; accepted: an integer from 1 to 65535."
+
+
+@pytest.mark.parametrize("value", [0, 65536, 70000, "70000", -1, "abc", True, 1.5, None, [1]])
+def test_port_range(value):
+    refused("sglang_port", value, str(si.shown(value)))
+
+
+@pytest.mark.parametrize("value", [1, 65535, "8080"])
+def test_port_accepted(value):
+    assert errors(sglang_port=value) == []
+
+
+@pytest.mark.parametrize("var", ["sglang_tp_size", "sglang_start_timeout", "sglang_health_timeout"])
+@pytest.mark.parametrize("value", [0, -3, "x", 2.5, False, None])
+def test_positive_ints(var, value):
+    refused(var, value, "positive integer")
+
+
+@pytest.mark.parametrize("value", [20, 5, 0, "abc"])
+def test_health_request_timeout_above_sglangs_own_check(value):
+    refused("sglang_health_request_timeout", value, "above 20")
+
+
+@pytest.mark.parametrize("value", [0, 6, "many"])
+def test_live_gate_requests_within_the_prompts(value):
+    refused("sglang_live_gate_requests", value, "from 1 to 5")
+
+
+@pytest.mark.parametrize("value", [-0.5, "high", 17, True])
+def test_accept_length_min(value):
+    refused("sglang_accept_length_min", value)
+
+
+def test_accept_length_min_up_to_draft_tokens():
+    assert errors(sglang_accept_length_min=16) == []
+    refused("sglang_accept_length_min", 16.5, "sglang_speculative_num_draft_tokens=16")
+
+
+@pytest.mark.parametrize("value", [0, 1, 1.5, -0.1, "x", True, [0.5]])
+def test_mem_fraction_in_open_interval(value):
+    refused("sglang_mem_fraction_static", value, "between 0 and 1")
+
+
+@pytest.mark.parametrize("value", [None, 0.85, "0.85", 0.5])
+def test_mem_fraction_accepted(value):
+    assert errors(sglang_mem_fraction_static=value) == []
+
+
+@pytest.mark.parametrize("var", ["sglang_venv", "sglang_state_dir", "sglang_home", "sglang_model_path",
+                                 "sglang_draft_model_path", "sglang_python", "sglang_wheelhouse_remote"])
+@pytest.mark.parametrize("value", ["relative/path", "", "~/models", "/opt/../etc/x", 5])
+def test_host_paths_absolute_and_normalised(var, value):
+    refused(var, value)
+
+
+@pytest.mark.parametrize("var", ["sglang_venv", "sglang_home", "sglang_python", "sglang_wheelhouse_remote"])
+@pytest.mark.parametrize("value", ["/opt/my venv", "/opt/50%", "/opt/$HOME", "/opt/a;b"])
+def test_paths_written_unquoted_have_no_syntax_characters(var, value):
+    refused(var, value, "unquoted")
+
+
+@pytest.mark.parametrize("var", ["sglang_venv", "sglang_state_dir", "sglang_home", "sglang_wheelhouse_remote"])
+@pytest.mark.parametrize("value", ["/", "/etc", "/usr/", "/var/lib", "/etc/sglang"])
+def test_owned_directories_are_not_system_directories(var, value):
+    refused(var, value, "system directory")
+
+
+def test_model_paths_may_hold_spaces_they_are_quoted():
+    assert errors(sglang_model_path="/models/DeepSeek V3") == []
+
+
+def test_state_dir_and_home_stay_apart_and_out_of_the_venv():
+    refused("sglang_home", "/var/lib/sglang-remediation/home", "overlaps sglang_state_dir")
+    refused("sglang_state_dir", "/opt/sglang/venv/state", "inside sglang_venv")
+
+
+@pytest.mark.parametrize("var", ["sglang_user", "sglang_group"])
+@pytest.mark.parametrize("value", ["root", "Sglang", "-x", "a b", "1abc", "x" * 40, "", 7])
+def test_posix_account_names(var, value):
+    refused(var, value, "POSIX")
+
+
+@pytest.mark.parametrize("value", ["sglang", "_svc", "sg-lang2"])
+def test_posix_account_names_accepted(value):
+    assert errors(sglang_user=value, sglang_group=value) == []
+
+
+@pytest.mark.parametrize("value", ["sglang.service", "sg/lang", "sg@1", "", "a b"])
+def test_service_name(value):
+    refused("sglang_service_name", value, "systemd unit name")
+
+
+@pytest.mark.parametrize("value", ["sglang-0", "sglang_v3.a"])
+def test_service_name_accepted(value):
+    assert errors(sglang_service_name=value) == []
+
+
+@pytest.mark.parametrize("value", ["0.0.0.0", "::", "::1", "10.0.0.1", "localhost", "gpu-01.internal"])
+def test_host_accepted(value):
+    assert errors(sglang_host=value) == []
+
+
+@pytest.mark.parametrize("value", ["", "300.1.1.1", "a b", "http://x", "-bad", 1])
+def test_host_refused(value):
+    refused("sglang_host", value, "IP address or host name")
+
+
+def test_environment_keys_and_values():
+    assert errors(sglang_environment={"HF_TOKEN": "hf_x", "N": 3, "F": 0.5}) == []
+    refused("sglang_environment", {"HF-TOKEN": "x"}, "sglang_environment key=HF-TOKEN")
+    refused("sglang_environment", {"1X": "x"}, "1X")
+    text = refused("sglang_environment", {"FLAG": True}, "sglang_environment.FLAG", "bool")
+    assert "value not shown" in text
+    refused("sglang_environment", {"L": ["a"]}, "sglang_environment.L", "list")
+    refused("sglang_environment", {"N": None}, "sglang_environment.N", "null")
+    refused("sglang_environment", ["A=1"], "not a mapping")
+
+
+def test_environment_values_are_never_shown():
+    for value in ("hf_secret\nExecStartPre=/bin/sh", "s\u00e9cret_hf"):
+        text = refused("sglang_environment", {"HF_TOKEN": value}, "sglang_environment.HF_TOKEN")
+        assert "secret_hf" not in text and "hf_secret" not in text, text
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\x00", "\t", "\x1b", "\x7f"])
+@pytest.mark.parametrize("var,wrap", [
+    ("sglang_home", lambda c: "/var/lib/sg" + c + "x"),
+    ("sglang_model_path", lambda c: "/models/x" + c + "y"),
+    ("sglang_extra_args", lambda c: ["--log-level", "info" + c + "ExecStartPre=/bin/true"]),
+    ("sglang_server_command", lambda c: "/opt/sglang/venv/bin/python" + c + "-m x"),
+    ("sglang_pip_extra_args", lambda c: ["--pre" + c]),
+    ("sglang_service_name", lambda c: "sglang" + c),
+    ("sglang_host", lambda c: "127.0.0.1" + c),
+])
+def test_control_characters_are_refused_everywhere(var, wrap, char):
+    text = refused(var, wrap(char), "control character")
+    assert "\n" not in text and "\r" not in text, "the message itself must stay on one line"
+
+
+@pytest.mark.parametrize("value", ["python -m sglang", "", "   ", "/usr/bin/python -c 'print(\"%d\")'", 5])
+def test_server_command(value):
+    refused("sglang_server_command", value)
+
+
+@pytest.mark.parametrize("var", ["sglang_pip_no_deps", "sglang_disable_cuda_graph", "sglang_enable_metrics",
+                                 "sglang_service_manage", "sglang_restart_on_change", "sglang_audit",
+                                 "sglang_fast_path", "sglang_audit_memo", "sglang_rollback_on_failure"])
+def test_booleans(var):
+    for good in (True, False, "yes", "false", "On", 0, 1):
+        assert errors(**{var: good}) == [], (var, good)
+    for bad in ("maybe", 2, None, [], "enabled"):
+        refused(var, bad, "not a boolean")
+
+
+def test_hook_files_must_exist_on_the_controller(tmp_path):
+    hook = tmp_path / "drain.yml"
+    hook.write_text("---\n[]\n")
+    for var in ("sglang_pre_restart_tasks", "sglang_post_restart_tasks"):
+        assert errors(**{var: str(hook)}) == []
+        assert errors(**{var: ""}) == []
+        refused(var, str(tmp_path / "missing.yml"), "does not exist on the controller")
+        refused(var, "hooks/drain.yml", "absolute")
+
+
+def test_pip_inputs(tmp_path):
+    good = "a" * 64
+    assert errors(sglang_pip_hashes=[good]) == []
+    refused("sglang_pip_hashes", ["sha256:" + good], "sha256 hex digest")
+    refused("sglang_pip_hashes", "abc", "not a list")
+    refused("sglang_pip_index_url", "mirror.internal/simple", "index URL")
+    refused("sglang_pip_index_url", "https://m/ simple", "index URL")
+    assert errors(sglang_pip_index_url="https://mirror.internal/simple") == []
+    refused("sglang_pip_extra_args", "--pre", "not a list")
+    refused("sglang_extra_args", [["--x"]], "sglang_extra_args[0]")
+
+
+def test_wheelhouse(tmp_path):
+    refused("sglang_install_source", "ftp", "index")
+    text = " ".join(errors(sglang_install_source="wheelhouse", sglang_wheelhouse=""))
+    assert "sglang_install_source=wheelhouse" in text
+    text = " ".join(errors(sglang_install_source="wheelhouse", sglang_wheelhouse=str(tmp_path / "nope")))
+    assert "sglang_wheelhouse=" in text and "not a directory on the controller" in text
+    text = " ".join(errors(sglang_install_source="wheelhouse", sglang_wheelhouse=str(tmp_path)))
+    assert "no wheel for sglang 0.5.9" in text
+
+
+def test_versions():
+    refused("sglang_version", "0.5.4.post1", "0.5.4.post2")
+    refused("sglang_version", 0.6, "quote it")
+    refused("sglang_version", "0.5.9-hotfix", "not an SGLang release string")
+    refused("sglang_version", "0.5.4rc1", "0.5.4.post2")
+    for good in ("0.5.4.post2", "0.5.9", "0.5.12.post1", "0.5.23", "0.6.0rc1"):
+        assert errors(sglang_version=good) == [], good
+
+
+def test_version_order_is_pep440():
+    order = ["0.5.4.dev1", "0.5.4a1", "0.5.4rc1", "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.10", "0.6.0"]
+    assert sorted(order, key=si.version_key) == order
+
+
+def test_speculative_triple():
+    refused("sglang_speculative_num_steps", 1, "silently set")
+    for var in ("sglang_speculative_num_steps", "sglang_speculative_eagle_topk",
+                "sglang_speculative_num_draft_tokens"):
+        refused(var, None, "%s=null" % var)
+        refused(var, 0, "positive int")
+    assert errors(sglang_speculative_num_steps="15", sglang_speculative_num_draft_tokens="16") == []
+
+
+def test_layer_ids_and_pp():
+    refused("sglang_eagle3_layer_ids", ["2"], "sglang_eagle3_layer_ids[0] is '2' (str)")
+    refused("sglang_pp_size", 2, "sglang_pp_size=2")
+    assert errors(sglang_pp_size="1") == []
+
+
+def test_every_finding_is_listed_at_once():
+    found = errors(sglang_port=0, sglang_tp_size=0, sglang_user="root")
+    assert [m.split("=")[0] for m in found] == ["sglang_tp_size", "sglang_port", "sglang_user"]
+
+
+# ----------------------------------------------- hardening, live reading, textfile
+
+
+@pytest.mark.parametrize("value", ["paranoid", "", None, True])
+def test_hardening_profile_is_a_choice(value):
+    refused("sglang_service_hardening", value, "default, strict")
+
+
+def test_extra_directives_are_judged_by_the_unit_rules():
+    refused("sglang_service_extra_directives", {"Servce": {"LimitNPROC": 1}}, "Servce")
+    refused("sglang_service_extra_directives", {"Service": {"LimitNPROC": "1\nExecStartPre=/bin/sh"}},
+            "control character")
+    assert errors(sglang_service_extra_directives={"Service": {"LimitNPROC": 65536}}) == []
+
+
+@pytest.mark.parametrize("value", [-1, 6, "x", 1.5])
+def test_live_probe_requests_within_the_prompts(value):
+    refused("sglang_live_probe_requests", value, "from 0 to 5")
+
+
+@pytest.mark.parametrize("value", [0, 1025, "many"])
+def test_live_probe_tokens_bounded(value):
+    refused("sglang_live_probe_tokens", value, "from 1 to 1024")
+
+
+@pytest.mark.parametrize("value", ["relative.prom", "/var/lib/node/x.txt", "/var/lib/node/.prom",
+                                   "/var/lib/a b/x.prom", "/var/lib/../x.prom"])
+def test_textfile_path_is_an_absolute_prom_file(value):
+    refused("sglang_metrics_textfile_path", value, ".prom")
+
+
+def test_new_booleans_are_booleans():
+    refused("sglang_live_check", "maybe", "true or false")
+    refused("sglang_metrics_textfile", "maybe", "true or false")

@@ -1,0 +1,93 @@
+"""What the role accepts as a target, and which ids a release can capture, from real release files."""
+from __future__ import annotations
+
+import ast
+import json
+import zipfile
+
+import pytest
+
+from conftest import COLLECTIONS_PATH, REPO, E  # noqa: F401
+import sglang_wheels
+
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as ss  # noqa: E402
+
+# One release of every forward family and both ends of the supported range.
+RELEASES = ("0.5.4.post2", "0.5.9", "0.5.13", "0.5.14", "0.5.17", "0.5.23")
+TARGET = REPO / "files" / "models" / "deepseek-v3" / "config.json"
+
+
+def entry_classes(version: str):
+    """Names in ``EntryClass = [...]`` at the end of the release's deepseek_v2.py."""
+    with zipfile.ZipFile(sglang_wheels.fetch_wheel(version)) as zf:
+        source = zf.read("sglang/srt/models/deepseek_v2.py").decode("utf-8")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "EntryClass" for t in node.targets):
+            return tuple(elt.id for elt in node.value.elts)
+    raise AssertionError("no EntryClass in %s" % version)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_accepted_architectures_are_what_deepseek_v2_registers(version):
+    assert entry_classes(version) == ss.DEEPSEEK_ARCHITECTURES
+
+
+def write_target(tmp_path, **changes):
+    config = json.loads(TARGET.read_text())
+    config.update(changes)
+    for key in [k for k, v in changes.items() if v is None]:
+        config.pop(key)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return str(tmp_path)
+
+
+def test_deepseek_v3_target_passes(tmp_path):
+    assert ss.target_model_errors(write_target(tmp_path)) == []
+
+
+@pytest.mark.parametrize("changes,expect", [
+    ({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}, '["LlamaForCausalLM"]'),
+    ({"architectures": ["Qwen3MoeForCausalLM"]}, '["Qwen3MoeForCausalLM"]'),
+    ({"architectures": None}, "architectures null"),
+    ({"architectures": "DeepseekV3ForCausalLM"}, 'architectures "DeepseekV3ForCausalLM"'),
+    ({"model_type": "llama"}, 'model_type "llama"'),
+    ({"num_hidden_layers": "61"}, "no integer num_hidden_layers"),
+])
+def test_other_targets_are_refused_naming_the_variable(tmp_path, changes, expect):
+    (msg,) = ss.target_model_errors(write_target(tmp_path, **changes))
+    assert msg.startswith("sglang_model_path=%s: " % tmp_path) and expect in msg, msg
+    assert "accepted: a DeepSeek target" in msg
+
+
+def test_missing_or_broken_target_config(tmp_path):
+    (msg,) = ss.target_model_errors(str(tmp_path))
+    assert "does not exist on the host" in msg
+    (tmp_path / "config.json").write_text("{nope")
+    (msg,) = ss.target_model_errors(str(tmp_path))
+    assert "is not valid JSON" in msg
+
+
+@pytest.mark.parametrize("forward", [None, "L", "C", "P", "R"])
+def test_the_last_layers_output_is_never_capturable(forward):
+    assert E.capturable_range(forward, 61) == (-1, 59)
+    assert E.capture_errors([-1, 2, 59], 61, forward, "x") == []
+    (msg,) = E.capture_errors([-1, 2, 60], 61, forward, "0.5.9")
+    assert "sglang_eagle3_layer_ids has [60]" in msg and "61 hidden layers" in msg and "then 0..59" in msg
+
+
+def test_unknown_forward_family_is_an_error():
+    with pytest.raises(ValueError):
+        E.capturable_range("X", 61)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_release_loops_over_layers_below_num_hidden_layers(make_venv, version):
+    """The range rests on the capture living in ``for i in range(start_layer, end_layer)``."""
+    venv = make_venv(version)
+    source = next(venv.glob("lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py")).read_text()
+    forward = E.detect_forward(source)
+    assert forward in E.CAPTURE_FORWARDS
+    segment = source[slice(*E.function_spans(source)[E.MODEL_FORWARD])]
+    assert "in self.layers_to_capture" in segment
+    assert "for i in range(normal_start_layer, normal_end_layer)" in segment \
+        or "for i in range(self.start_layer, self.end_layer)" in segment, version
