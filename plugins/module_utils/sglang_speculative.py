@@ -36,27 +36,6 @@ LAYER_IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 # corrupt length field, and we must not allocate gigabytes to find that out.
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 
-# Flags render_server_args owns. extra_args may not repeat them: argparse lets the
-# last occurrence win, which would silently undo the validated values.
-MANAGED_FLAGS = (
-    "--model-path",
-    "--speculative-algorithm",
-    "--speculative-draft-model-path",
-    "--speculative-draft",
-    "--speculative-num-steps",
-    "--speculative-eagle-topk",
-    "--speculative-num-draft-tokens",
-    "--tp-size",
-    "--tp",
-    "--pp-size",
-    "--pp",
-    "--host",
-    "--port",
-    "--mem-fraction-static",
-    "--disable-cuda-graph",
-    "--enable-metrics",
-)
-
 
 def _is_int(value: Any) -> bool:
     """True for a real int; bool is an int subclass but True is not a layer id."""
@@ -428,17 +407,15 @@ def expected_id_count_from_draft(draft_dir: str) -> Optional[int]:
 
 
 def _check_extra_args(extra_args: Sequence[Any]) -> None:
-    """Refuse extra args that are not strings or that re-set a managed flag."""
+    """Refuse extra args that are not strings (preflight refuses them first, by name).
+
+    Whether an item re-sets a managed flag depends on the installed release (its
+    aliases, and prefixes where its parser allows abbreviations): the host judges
+    that, before any write, with sglang_serverargs, the one copy of that rule.
+    """
     for arg in extra_args:
         if not isinstance(arg, str):
             raise ValueError("sglang_extra_args items must be strings; got %s" % _describe(arg))
-        name = arg.split("=", 1)[0]
-        if name in MANAGED_FLAGS:
-            raise ValueError(
-                "sglang_extra_args repeats %s, which the role sets from its own variable; "
-                "argparse would let the later value win silently. Remove it and set the role "
-                "variable instead" % name
-            )
 
 
 def render_server_args(

@@ -153,7 +153,7 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
         assert runs["remediate --diff -v"].rc == 0, runs["remediate --diff -v"].tail()
         # The replaced file (the demo token) was kept 0600 under the state dir, not next to the live one.
         assert host.run("ls /etc/sglang").stdout.split() == ["sglang.env"]
-        kept = host.run("stat -c '%%a %%U %%n' %s/sglang.env.*~" % BACKUPS).stdout.split()
+        kept = host.run("stat -c '%%a %%U %%n' %s/sglang.env.*" % BACKUPS).stdout.split()
         assert kept[:2] == ["600", "root"], kept
 
         drifted = dict(base_env, HF_TOKEN=drift_token)
