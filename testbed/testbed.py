@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 # Packages baked into every base image.  python3-packaging is needed by
 # Ansible's pip module on the host, python3-venv by ``python3 -m venv``,
 # python3-apt by the apt module; without them the role fails on a bare host.
+# openssh-server and sudo serve the SSH fleet (`fleet-up --connection ssh`): an
+# unprivileged operator logs in and becomes root, as production fleets do.
 IMAGE_PACKAGES: tuple[str, ...] = (
     "python3",
     "systemd",
@@ -38,6 +40,8 @@ IMAGE_PACKAGES: tuple[str, ...] = (
     "python3-apt",
     "python3-packaging",
     "python3-venv",
+    "openssh-server",
+    "sudo",
 )
 SUITES: tuple[str, ...] = ("bookworm", "trixie")
 IMAGE_REPO = "local/sglang-testbed"

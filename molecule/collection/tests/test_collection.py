@@ -21,7 +21,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from scenario_helpers import PROJECT, parse_recap, server_info, starts  # noqa: E402
 
-HOST = "sglang-collection-%s" % os.environ.get("MOLECULE_DISTRO", "bookworm")
+# SGLANG_TESTBED_PREFIX keeps the containers of two checkouts tested side by side apart.
+HOST = "%s-collection-%s" % (os.environ.get("SGLANG_TESTBED_PREFIX", "sglang"),
+                             os.environ.get("MOLECULE_DISTRO", "bookworm"))
 BIN = Path(sys.executable).parent
 
 
