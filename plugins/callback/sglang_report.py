@@ -20,6 +20,8 @@ description:
     any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
   - Only plays that apply the C(sglang) role (C(fleetops.sglang.sglang) or C(sglang)), or set the play variable
     C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
+  - A play with the variable C(_sglang_fleet_probe=true) (the playbooks' probe pass over every host) adds its hosts
+    without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
 author:
@@ -368,7 +370,8 @@ class CallbackModule(CallbackBase):
         # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
         roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
         flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
-        self.in_fleet_play = "sglang" in roles or flagged
+        probe_pass = as_bool((play.vars or {}).get("_sglang_fleet_probe", False))
+        self.in_fleet_play = "sglang" in roles or flagged or probe_pass
         if not self.in_fleet_play:
             return
         if as_bool((play.vars or {}).get("sglang_audit", False)):
@@ -380,6 +383,12 @@ class CallbackModule(CallbackBase):
         batch = [h.get_name() for h in inventory.get_hosts(pattern)]
         for host in everyone:
             self._row(host)
+        if probe_pass or not batch:
+            # The fleet's probe pass (every host at once) is not a batch: a compliant host
+            # ends there, the others stay "not reached" until their batch starts. Nor is
+            # the rollout play when every host ended at its probe (no host left).
+            self._write()
+            return
         self.batches += 1
         for host in batch:
             row = self._row(host)
