@@ -57,6 +57,15 @@ def spec_errors(spec, values):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
+    @classmethod
+    def finalize_task_arg(cls, name, value, templar, context):
+        """Leave the arguments as written: run() templates them after the role checks.
+
+        A bad variable is then refused with its preflight message, not by the first
+        argument expression it breaks (ansible-core 2.21; older cores template first).
+        """
+        return value
+
     def _role_values(self, names, task_vars):
         """The named variables as the role sees them (templated), absent ones left out."""
         return self._templar.template({n: task_vars[n] for n in names if n in task_vars})
@@ -105,16 +114,18 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        role_checks = boolean(args.pop("role_checks", False), strict=False)
-        report = boolean(args.pop("report", False), strict=False)
-        fast_path = boolean(args.pop("fast_path", True), strict=False)
-        group = args.pop("needs_work_group", None)
+        role_checks = boolean(self._templar.template(args.pop("role_checks", False)), strict=False)
+        report, fast_path, group = False, True, None
 
         if role_checks:
             msg, errors = self._role_errors(task_vars)
             if msg:
                 result.update(failed=True, msg=msg, errors=errors)
                 return result
+        args = self._templar.template(args)
+        report = boolean(args.pop("report", report), strict=False)
+        fast_path = boolean(args.pop("fast_path", fast_path), strict=False)
+        group = args.pop("needs_work_group", group)
 
         files = {}
         for name, spec in (args.get("files") or {}).items():
