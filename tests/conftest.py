@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
@@ -57,16 +56,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_wheels  # noqa: E402
 
 
-def load_engine():
-    """Import module_utils/sglang_eagle3.py by path, as Ansible ships it alone."""
-    spec = importlib.util.spec_from_file_location("sglang_eagle3", MODULE_UTILS)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sglang_eagle3"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-E = load_engine()
+# The engine, one module per concern, imported by the collection's name as a
+# module on a host imports it.
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_distribution as DIST  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_eagle3 as E  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fileio as FILEIO  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunks as HUNKS  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_memo as MEMO  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as SHAPES  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as VERIFY  # noqa: E402
 
 
 def render_templates(marker: str = MARKER) -> Dict[str, str]:

@@ -1,13 +1,14 @@
-"""The audit memo (module_utils/sglang_eagle3.py audit_memoized) on real release files.
+"""The audit memo (module_utils/sglang_memo.py audit_memoized) on real release files.
 
 A memo answer must be the answer the full audit would give: these tests prove the
 audit reads nothing but what the key hashes, that a hit returns the full result,
 and that any change to an input (a byte of SGLang, RECORD, the patch templates,
-the ids, the engine itself) makes the audit run in full again.
+the ids, any file of the engine) makes the audit run in full again.
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import glob as glob_module
 import importlib
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import E, MODULE_UTILS, render_templates
+from conftest import DIST, MEMO, MODULE_UTILS, E, render_templates
 from test_probe import MODULE as PROBE
 from test_probe import LIBRARY, USER_IDS, host, run_module, site_file  # noqa: F401 (host is a fixture)
 
@@ -44,7 +45,7 @@ def patched(make_venv, patches, version: str = "0.5.9") -> Path:
 @pytest.mark.parametrize("version,patch", [("0.5.9", True), ("0.5.9", False), ("0.5.14", False)])
 def test_the_audit_reads_only_what_the_key_hashes(make_venv, patches, monkeypatch, version, patch):
     venv = patched(make_venv, patches, version) if patch else make_venv(version)
-    inputs = E.audit_inputs(str(venv))
+    inputs = MEMO.audit_inputs(str(venv))
     opened, globbed = [], []
     real_open, real_glob = builtins.open, glob_module.glob
 
@@ -71,10 +72,10 @@ def test_a_hit_is_the_full_result(make_venv, patches, tmp_path):
     venv = patched(make_venv, patches)
     memo = tmp_path / "state" / "audit-memo.json"
     full = E.run(audit_request(venv, patches))
-    first = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
-    second = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
+    first = MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)
+    second = MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)
     assert (first.pop("memo"), second.pop("memo")) == ("miss", "hit")
-    assert first.pop("memo_key") == E.audit_key(audit_request(venv, patches))
+    assert first.pop("memo_key") == MEMO.audit_key(audit_request(venv, patches))
     assert first == full == second
     assert full["compliant"] is True
     assert oct(memo.stat().st_mode & 0o777) == "0o644"
@@ -84,9 +85,9 @@ def test_without_write_nothing_is_stored(make_venv, patches, tmp_path):
     venv = patched(make_venv, patches)
     memo = tmp_path / "audit-memo.json"
     for _ in range(2):
-        assert E.audit_memoized(audit_request(venv, patches), str(memo), write=False)["memo"] == "miss"
+        assert MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=False)["memo"] == "miss"
     assert not memo.exists()
-    assert E.audit_memoized(audit_request(venv, patches), None, write=True)["memo"] == "off"
+    assert MEMO.audit_memoized(audit_request(venv, patches), None, write=True)["memo"] == "off"
 
 
 def change_a_byte(venv: Path, rel: str) -> None:
@@ -100,14 +101,14 @@ def change_a_byte(venv: Path, rel: str) -> None:
 def test_any_changed_input_runs_the_full_audit(make_venv, patches, tmp_path, monkeypatch, change):
     venv = patched(make_venv, patches)
     memo = str(tmp_path / "audit-memo.json")
-    assert E.audit_memoized(audit_request(venv, patches), memo, write=True)["compliant"] is True
+    assert MEMO.audit_memoized(audit_request(venv, patches), memo, write=True)["compliant"] is True
     over = {}
     if change == "deepseek_v2.py":
-        change_a_byte(venv, E.DEEPSEEK_FILE)
+        change_a_byte(venv, DIST.DEEPSEEK_FILE)
     elif change == "companion":
-        change_a_byte(venv, E.CUDA_GRAPH_FILE)
+        change_a_byte(venv, DIST.CUDA_GRAPH_FILE)
     elif change == "companion removed":
-        site_file(venv, E.CUDA_GRAPH_FILE).unlink()
+        site_file(venv, DIST.CUDA_GRAPH_FILE).unlink()
     elif change == "RECORD":
         record = next(venv.glob("lib/python3*/site-packages/sglang-*.dist-info/RECORD"))
         record.write_text(record.read_text().replace("deepseek_v2.py,sha256=", "deepseek_v2.py,sha256=x", 1))
@@ -118,10 +119,9 @@ def test_any_changed_input_runs_the_full_audit(make_venv, patches, tmp_path, mon
     elif change == "pp size":
         over["pipeline_parallel_size"] = 2
     elif change == "engine":
-        source = E._engine_source()
-        monkeypatch.setattr(E, "_engine_source", lambda: source + b"\n# a new engine\n")
+        edit_engine_file(monkeypatch, "sglang_eagle3")
     req = audit_request(venv, over.pop("patches", patches), **over)
-    again = E.audit_memoized(req, memo, write=False)
+    again = MEMO.audit_memoized(req, memo, write=False)
     assert again.pop("memo") == "miss"
     again.pop("memo_key", None)
     assert again == E.run(req)
@@ -131,20 +131,69 @@ def test_any_changed_input_runs_the_full_audit(make_venv, patches, tmp_path, mon
         assert again["draft_layer_ids"] != E.run(audit_request(venv, patches))["draft_layer_ids"]
 
 
+def edit_engine_file(monkeypatch, name: str) -> None:
+    """Make the memo see one more line in one engine file's source."""
+    real = MEMO.module_source
+
+    def edited(module):
+        source = real(module)
+        return source + b"\n# edited\n" if module.__name__.endswith("." + name) else source
+
+    monkeypatch.setattr(MEMO, "module_source", edited)
+
+
+ENGINE_FILES = sorted(m.__name__.rsplit(".", 1)[-1] for m in MEMO.ENGINE_MODULES)
+
+
+@pytest.mark.parametrize("name", ENGINE_FILES)
+def test_a_change_in_any_engine_file_runs_the_full_audit(make_venv, patches, tmp_path, monkeypatch, name):
+    venv = patched(make_venv, patches)
+    memo = str(tmp_path / "audit-memo.json")
+    assert MEMO.audit_memoized(audit_request(venv, patches), memo, write=True)["memo"] == "miss"
+    assert MEMO.audit_memoized(audit_request(venv, patches), memo, write=False)["memo"] == "hit"
+    edit_engine_file(monkeypatch, name)
+    again = MEMO.audit_memoized(audit_request(venv, patches), memo, write=False)
+    assert again["memo"] == "miss" and again["compliant"] is True
+
+
+def _collection_imports(path: Path) -> set:
+    """The module_utils files ``path`` imports by the collection's name."""
+    prefix = "ansible_collections.fleetops.sglang.plugins.module_utils"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(prefix):
+            if node.module == prefix:
+                found.update(a.name for a in node.names)
+            else:
+                found.add(node.module.rsplit(".", 1)[-1])
+    return found
+
+
+def test_the_key_covers_every_file_the_engine_imports():
+    """A new engine file (a further verification check, say) must join ENGINE_MODULES."""
+    seen, todo = set(), ["sglang_memo"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += sorted(_collection_imports(MODULE_UTILS.parent / (name + ".py")))
+    assert seen == set(ENGINE_FILES)
+
+
 def test_errors_are_never_stored_and_unreadable_inputs_turn_it_off(make_venv, patches, tmp_path):
     venv = make_venv("0.5.9")
     memo = tmp_path / "audit-memo.json"
     metadata = next(venv.glob("lib/python3*/site-packages/sglang-*.dist-info/METADATA"))
     text = metadata.read_text()
     metadata.write_text(text.replace("Version:", "Not-a-version:"))
-    res = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
+    res = MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)
     assert res["failed"] and res["memo"] == "miss" and not memo.exists()
     metadata.write_text(text)
     if os.geteuid() != 0:  # root reads a 0000 file anyway
-        target = site_file(venv, E.DEEPSEEK_FILE)
+        target = site_file(venv, DIST.DEEPSEEK_FILE)
         target.chmod(0)
         try:
-            assert E.audit_memoized(audit_request(venv, patches), str(memo), write=True)["memo"] == "off"
+            assert MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)["memo"] == "off"
         finally:
             target.chmod(0o644)
 
@@ -154,24 +203,25 @@ def test_a_corrupt_or_foreign_memo_is_recomputed(make_venv, patches, tmp_path):
     memo = tmp_path / "audit-memo.json"
     for junk in ("{not json", "[]", json.dumps({"key": "0" * 64, "result": {"compliant": False}})):
         memo.write_text(junk)
-        res = E.audit_memoized(audit_request(venv, patches), str(memo), write=True)
+        res = MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)
         assert res["memo"] == "miss" and res["compliant"] is True
-    assert E.audit_memoized(audit_request(venv, patches), str(memo), write=True)["memo"] == "hit"
+    assert MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=True)["memo"] == "hit"
 
 
 def test_the_key_holds_when_the_engine_runs_from_a_zip(tmp_path):
-    """Ansible ships module_utils inside a zip (AnsiballZ): the engine must still read its source."""
+    """Ansible ships module_utils inside a zip (AnsiballZ): the engine must still read its sources."""
     archive = tmp_path / "payload.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.write(MODULE_UTILS, "zipped_engine.py")
+        zf.write(MODULE_UTILS.parent / "sglang_memo.py", "zipped_memo.py")
     sys.path.insert(0, str(archive))
     try:
-        zipped = importlib.import_module("zipped_engine")
+        zipped = importlib.import_module("zipped_memo")
         assert zipped.__loader__.__class__.__name__ == "zipimporter"
-        assert zipped._engine_source() == MODULE_UTILS.read_bytes()
+        assert zipped.module_source(zipped) == (MODULE_UTILS.parent / "sglang_memo.py").read_bytes()
+        assert zipped.engine_source_digest() is not None
     finally:
         sys.path.remove(str(archive))
-        sys.modules.pop("zipped_engine", None)
+        sys.modules.pop("zipped_memo", None)
 
 
 def test_the_patching_module_warms_the_probe(host, tmp_path):
@@ -209,7 +259,7 @@ def test_the_probe_writes_only_when_told(host, tmp_path):
     # A hand edit after the memo was written: the probe sees drift, not the old verdict,
     # and a host the run goes on to change (or refuse) leaves the memo as it was.
     stored = memo.read_bytes()
-    change_a_byte(h.venv, E.DEEPSEEK_FILE)
+    change_a_byte(h.venv, DIST.DEEPSEEK_FILE)
     third = h.probe(memo_file=str(memo), memo_write=True)
     assert third["eagle3"]["memo"] == "miss" and not third["compliant"]
     assert any("drift" in r for r in third["reasons"]), third["reasons"]
@@ -232,9 +282,9 @@ def test_a_noncompliant_probe_writes_nothing(host, tmp_path):
 def test_store_needs_an_unchanged_miss(make_venv, patches, tmp_path):
     venv = patched(make_venv, patches)
     memo = tmp_path / "audit-memo.json"
-    hit_or_off = E.audit_memoized(audit_request(venv, patches), None, write=False)
-    assert hit_or_off["memo"] == "off" and not E.store_audit_memo(str(memo), hit_or_off)
-    miss = E.audit_memoized(audit_request(venv, patches), str(memo), write=False)
-    assert E.store_audit_memo(str(memo), miss) and memo.exists()
+    hit_or_off = MEMO.audit_memoized(audit_request(venv, patches), None, write=False)
+    assert hit_or_off["memo"] == "off" and not MEMO.store_audit_memo(str(memo), hit_or_off)
+    miss = MEMO.audit_memoized(audit_request(venv, patches), str(memo), write=False)
+    assert MEMO.store_audit_memo(str(memo), miss) and memo.exists()
     stored = json.loads(memo.read_text())
     assert stored["key"] == miss["memo_key"] and "memo" not in stored["result"]

@@ -21,7 +21,7 @@ FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
 TARGET = os.path.join(FIXTURES, "deepseek-v3")
 sys.path.insert(0, HERE)
 
-from conftest import COLLECTIONS_PATH, LAUNCHER  # noqa: E402
+from conftest import COLLECTIONS_PATH, FILEIO, LAUNCHER  # noqa: E402
 from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
 
 KEY = "eagle_aux_hidden_state_layer_ids"
@@ -270,30 +270,19 @@ def test_through_ansible_adhoc(tmp_path, draft):
     assert config_of(draft)["eagle_config"][KEY] == [-1, 2, 30]
 
 
-@pytest.fixture
-def module_code(monkeypatch):
-    """The module imported in-process, to exercise its host-touching helpers."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sglang_draft_config_under_test", MODULE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_atomic_write_keeps_mode_and_cleans_up_on_failure(tmp_path, module_code, monkeypatch):
+def test_atomic_write_keeps_mode_and_cleans_up_on_failure(tmp_path, monkeypatch):
     dest = tmp_path / "config.json"
     dest.write_text("old")
     os.chmod(str(dest), 0o600)
     like = os.stat(str(dest))
-    module_code.atomic_write(str(dest), b"new", like)
+    FILEIO.atomic_write(str(dest), b"new", like=like, owner="strict", durable=True)
     assert dest.read_text() == "new" and stat.S_IMODE(os.stat(str(dest)).st_mode) == 0o600
 
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(module_code.os, "replace", broken_replace)
+    monkeypatch.setattr(FILEIO.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        module_code.atomic_write(str(dest), b"newer", like)
+        FILEIO.atomic_write(str(dest), b"newer", like=like, owner="strict", durable=True)
     assert dest.read_text() == "new"
     assert os.listdir(str(tmp_path)) == ["config.json"]

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COLLECTIONS_PATH, LAUNCHER, LIBRARY, MODULE_UTILS, TEMPLATES, E, render_templates
+from conftest import COLLECTIONS_PATH, DIST, FILEIO, HUNKS, LAUNCHER, LIBRARY, SHAPES, TEMPLATES, VERIFY, E, render_templates
 import sglang_wheels
 
-DS = E.DEEPSEEK_FILE
+DS = DIST.DEEPSEEK_FILE
 # release -> (decision, family, companion template)
 SPEC = {
     "0.5.4.post1": ("refuse", "absent", None),
@@ -48,7 +48,7 @@ def site(venv: Path) -> Path:
 def snapshot(venv: Path):
     """Bytes and mtimes of every file the engine may touch."""
     out = {}
-    for rel in (DS,) + E.COMPANION_FILES:
+    for rel in (DS,) + DIST.COMPANION_FILES:
         path = site(venv) / rel
         if path.exists():
             out[rel] = (path.read_bytes(), path.stat().st_mtime_ns)
@@ -98,14 +98,14 @@ def test_patch_applies_verifies_and_is_idempotent(version, make_venv, patches):
     # The file on disk proves the semantics itself, against the wheel's original.
     patched = (site(venv) / DS).read_text()
     pristine = wheel_bytes(version, DS).decode()
-    assert E.semantic_check_patch(pristine, patched, [-1, 2, 30]) == []
-    got = E.run_set_layers(E.load_method(patched, E.SET_EAGLE3), [[-1, 2, 30]])
+    assert VERIFY.semantic_check_patch(pristine, patched, [-1, 2, 30]) == []
+    got = VERIFY.run_set_layers(VERIFY.load_method(patched, SHAPES.SET_EAGLE3), [[-1, 2, 30]])
     assert got["layers_to_capture"] == [3, 31] and got["capture_embedding_for_eagle3"]
     # Companion files: no no-argument call left where CUDA graphs are captured.
     if SPEC[version][2]:
-        assert set(res["companion"]["files"]) == set(E.COMPANION_FILES)
-        for rel in E.COMPANION_FILES:
-            assert E.default_id_calls((site(venv) / rel).read_text(), rel) == []
+        assert set(res["companion"]["files"]) == set(DIST.COMPANION_FILES)
+        for rel in DIST.COMPANION_FILES:
+            assert SHAPES.default_id_calls((site(venv) / rel).read_text(), rel) == []
     # Twice: nothing changes, and the file is recognised as ours.
     after = snapshot(venv)
     again = E.run(request(venv, patches))
@@ -165,7 +165,7 @@ def test_absent_restores_wheel_bytes(version, make_venv, patches):
     assert not E.run(request(venv, patches))["failed"]
     res = E.run(request(venv, patches, state="absent"))
     assert res["changed"] and not res["failed"]
-    for rel in (DS,) + E.COMPANION_FILES:
+    for rel in (DS,) + DIST.COMPANION_FILES:
         assert (site(venv) / rel).read_bytes() == wheel_bytes(version, rel)
     assert not E.run(request(venv, patches, state="absent"))["changed"]
 
@@ -195,7 +195,7 @@ def test_tampered_backup_is_not_restored(make_venv, patches):
 def test_failed_verification_rolls_back_byte_identical(version, make_venv, patches, monkeypatch):
     venv = make_venv(version)
     before = snapshot(venv)
-    monkeypatch.setattr(E, "compile_check", lambda path, python, run_command=None: "simulated failure")
+    monkeypatch.setattr(VERIFY, "compile_check", lambda path, python, run_command=None: "simulated failure")
     res = E.run(request(venv, patches))
     assert res["failed"] and "restored" in res["msg"]
     assert {k: v[0] for k, v in snapshot(venv).items()} == {k: v[0] for k, v in before.items()}
@@ -220,7 +220,7 @@ def test_native_release_needs_no_change(version, make_venv, patches):
     assert res["checks"]["semantic"]
     assert snapshot(venv) == before
     text = (site(venv) / DS).read_text()
-    got = E.run_set_layers(E.load_method(text, E.SET_EAGLE3), [[0, 3, 31]])
+    got = VERIFY.run_set_layers(VERIFY.load_method(text, SHAPES.SET_EAGLE3), [[0, 3, 31]])
     # Capture index 0 = residual entering layer 0 = embedding output; 3 and 31 = outputs of L2, L30.
     assert set(got["layers_to_capture"]) == {0, 3, 31}
 
@@ -237,8 +237,8 @@ def test_anchor_line_is_ambiguous_file_wide_but_not_in_its_function(version, rel
     text = (site(release_tree(version)) / DS).read_text()
     line = "self.model.layers_to_capture = [val + 1 for val in layer_ids]"
     assert text.count(line) == 2  # set_eagle3 and set_dflash
-    spans = E.function_spans(text)
-    start, end = spans[E.SET_EAGLE3]
+    spans = HUNKS.function_spans(text)
+    start, end = spans[SHAPES.SET_EAGLE3]
     assert text[start:end].count(line) == 1
 
 
@@ -246,16 +246,16 @@ def test_anchor_line_is_ambiguous_file_wide_but_not_in_its_function(version, rel
 def test_semantic_check_catches_a_wrong_patch(version, release_tree, patches):
     """Drop the negative-id filter: the check must fail, proving it executes the code."""
     family = SPEC[version][1]
-    hunks = E.parse_patch(patches[family].replace(" if val >= 0]", "]"))
+    hunks = HUNKS.parse_patch(patches[family].replace(" if val >= 0]", "]"))
     pristine = (site(release_tree(version)) / DS).read_text()
-    res = E.apply_hunks(pristine, [h for h in hunks if h.file == DS])
+    res = HUNKS.apply_hunks(pristine, [h for h in hunks if h.file == DS])
     assert res.state == "clean"
-    assert E.semantic_check_patch(pristine, res.text, [-1, 2, 30])
+    assert VERIFY.semantic_check_patch(pristine, res.text, [-1, 2, 30])
 
 
 def test_body_a_template_does_not_apply_to_body_b(release_tree, patches):
     pristine = (site(release_tree("0.5.13")) / DS).read_text()
-    res = E.apply_hunks(pristine, E.parse_patch(patches["body_a_loop"]))
+    res = HUNKS.apply_hunks(pristine, HUNKS.parse_patch(patches["body_a_loop"]))
     assert res.state == "drift"
 
 
@@ -264,29 +264,29 @@ def test_body_a_template_does_not_apply_to_body_b(release_tree, patches):
 
 @pytest.mark.parametrize("ids", [[-1, 2, 30], [2, 30, 58], [0], [-1]])
 def test_valid_layer_ids(ids):
-    assert E.validate_layer_ids(ids) == ids
+    assert SHAPES.validate_layer_ids(ids) == ids
 
 
 @pytest.mark.parametrize("ids", [[], "2,30", [2, "30"], [True, 2], [2, 2], [30, 2], [2, -1], [-2, 3], [1.0], None])
 def test_invalid_layer_ids(ids):
     with pytest.raises(ValueError):
-        E.validate_layer_ids(ids)
+        SHAPES.validate_layer_ids(ids)
 
 
 def test_native_translation():
-    assert E.native_layer_ids([-1, 2, 30]) == [0, 3, 31]
+    assert SHAPES.native_layer_ids([-1, 2, 30]) == [0, 3, 31]
 
 
 def test_record_hash_conversion(release_tree):
     venv = release_tree("0.5.9")
-    inst = E.find_installation(str(venv))
+    inst = DIST.find_installation(str(venv))
     assert inst.version == "0.5.9"
-    assert inst.record[DS] == E.sha256_hex(wheel_bytes("0.5.9", DS))
+    assert inst.record[DS] == FILEIO.sha256_hex(wheel_bytes("0.5.9", DS))
 
 
 def test_templates_render_without_undefined_variables():
     for name, text in render_templates().items():
-        hunks = E.parse_patch(text)
+        hunks = HUNKS.parse_patch(text)
         assert hunks and all("sglang-remediation" in h.new for h in hunks), name
         assert "{{" not in text and "{#" not in text
 
@@ -348,14 +348,15 @@ def test_engine_runs_on_python_39(make_venv, patches, tmp_path):
         pytest.skip("no Python 3.9/3.10 interpreter here")
     venv = make_venv("0.5.9")
     (tmp_path / "patches.json").write_text(json.dumps(patches))
-    code = ("import json, sys, importlib.util as u; s = u.spec_from_file_location('e', sys.argv[1]); "
-            "e = u.module_from_spec(s); sys.modules['e'] = e; s.loader.exec_module(e); "
+    # The engine's files import each other by the collection's name, as on a host.
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
+            "import ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 as e; "
             "import subprocess; "
             "run = lambda argv: (lambda p: (p.returncode, p.stdout, p.stderr))(subprocess.run("
             "argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)); "
             "r = e.run(e.Request(venv=sys.argv[2], patches=json.load(open(sys.argv[3])), "
             "backup_dir=sys.argv[4], python=sys.argv[5], run_command=run)); r.pop('diff'); print(json.dumps(r))")
-    proc = subprocess.run([py, "-c", code, str(MODULE_UTILS), str(venv), str(tmp_path / "patches.json"),
+    proc = subprocess.run([py, "-c", code, str(COLLECTIONS_PATH), str(venv), str(tmp_path / "patches.json"),
                            str(tmp_path / "bk"), sys.executable], stdout=subprocess.PIPE, universal_newlines=True)
     out = json.loads(proc.stdout)
     assert not out["failed"], out["msg"]

@@ -135,7 +135,8 @@ def tree_snapshot(root: Path):
 
 
 def test_module_is_python39_syntax():
-    for path in (MODULE, MODULE_UTILS / "sglang_runstate.py", MODULE_UTILS / "sglang_eagle3.py"):
+    # Every module_utils file, the whole engine included: hosts run Debian's python3.
+    for path in [MODULE] + sorted(MODULE_UTILS.glob("*.py")):
         ast.parse(path.read_text(), feature_version=(3, 9))
 
 

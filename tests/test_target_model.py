@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from conftest import COLLECTIONS_PATH, REPO, E  # noqa: F401
+from conftest import COLLECTIONS_PATH, HUNKS, REPO, SHAPES  # noqa: F401
 import sglang_wheels
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as ss  # noqa: E402
@@ -69,15 +69,15 @@ def test_missing_or_broken_target_config(tmp_path):
 
 @pytest.mark.parametrize("forward", [None, "L", "C", "P", "R"])
 def test_the_last_layers_output_is_never_capturable(forward):
-    assert E.capturable_range(forward, 61) == (-1, 59)
-    assert E.capture_errors([-1, 2, 59], 61, forward, "x") == []
-    (msg,) = E.capture_errors([-1, 2, 60], 61, forward, "0.5.9")
+    assert SHAPES.capturable_range(forward, 61) == (-1, 59)
+    assert SHAPES.capture_errors([-1, 2, 59], 61, forward, "x") == []
+    (msg,) = SHAPES.capture_errors([-1, 2, 60], 61, forward, "0.5.9")
     assert "sglang_eagle3_layer_ids has [60]" in msg and "61 hidden layers" in msg and "then 0..59" in msg
 
 
 def test_unknown_forward_family_is_an_error():
     with pytest.raises(ValueError):
-        E.capturable_range("X", 61)
+        SHAPES.capturable_range("X", 61)
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -85,9 +85,9 @@ def test_every_release_loops_over_layers_below_num_hidden_layers(make_venv, vers
     """The range rests on the capture living in ``for i in range(start_layer, end_layer)``."""
     venv = make_venv(version)
     source = next(venv.glob("lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py")).read_text()
-    forward = E.detect_forward(source)
-    assert forward in E.CAPTURE_FORWARDS
-    segment = source[slice(*E.function_spans(source)[E.MODEL_FORWARD])]
+    forward = SHAPES.detect_forward(source)
+    assert forward in SHAPES.CAPTURE_FORWARDS
+    segment = source[slice(*HUNKS.function_spans(source)[SHAPES.MODEL_FORWARD])]
     assert "in self.layers_to_capture" in segment
     assert "for i in range(normal_start_layer, normal_end_layer)" in segment \
         or "for i in range(self.start_layer, self.end_layer)" in segment, version

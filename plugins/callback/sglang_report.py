@@ -62,13 +62,13 @@ import atexit
 import datetime
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional
 
 from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
 
 FACT = "sglang_remediation"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
@@ -265,20 +265,6 @@ class CallbackModule(CallbackBase):
         self.base_dir = report_dir
         self.run_dir = os.path.join(report_dir, "runs", "%s-%s-%d" % (stamp, name, os.getpid()))
 
-    @staticmethod
-    def _atomic_write(path: str, text: str) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=os.path.basename(path))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-
     def _document(self) -> Dict[str, Any]:
         rows = list(self.rows.values())
         for r in rows:
@@ -311,8 +297,8 @@ class CallbackModule(CallbackBase):
         text_md = render_markdown(doc)
         try:
             for d in (self.run_dir, os.path.join(self.base_dir, "latest")):
-                self._atomic_write(os.path.join(d, "fleet.json"), text_json)
-                self._atomic_write(os.path.join(d, "fleet.md"), text_md)
+                atomic_write(os.path.join(d, "fleet.json"), text_json, mode=0o644, dir_mode=0o777)
+                atomic_write(os.path.join(d, "fleet.md"), text_md, mode=0o644, dir_mode=0o777)
         except OSError as exc:
             self._display.warning("sglang_report: could not write the fleet report: %s" % exc)
         return text_md

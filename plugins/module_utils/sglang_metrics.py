@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import tempfile
 from typing import Any, Dict, Iterable, List, Optional, Sequence
+
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
 
 PREFIX = "sglang_remediation"
 # One gauge per failure class, always all of them (0 or 1) so that every series exists
@@ -169,23 +169,6 @@ def load_restarts(state_file: str) -> int:
         return 0
 
 
-def atomic_write(path: str, text: str, mode: int = 0o644, dir_mode: int = 0o755) -> None:
-    """Temp file in the same directory, then rename: node_exporter never reads half a file."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=dir_mode, exist_ok=True)
-    # node_exporter's textfile collector reads only *.prom: the temp name must not end so.
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def update(path: str, state_file: str, values: Dict[str, Any], restarts: int, now: float,
            success: bool) -> Dict[str, Any]:
     """Write the textfile for this run; returns what was written.
@@ -201,6 +184,6 @@ def update(path: str, state_file: str, values: Dict[str, Any], restarts: int, no
     last_success = now if success else previous_last_success(path)
     doc = dict(values, restarts_total=total, last_run=now, last_success=last_success)
     text = render(doc)
-    atomic_write(path, text)
+    atomic_write(path, text, mode=0o644, dir_mode=0o755)
     return dict(path=path, restarts_total=total, last_run=now, last_success=last_success,
                 compliant=bool(values.get("compliant")), classes=list(values.get("classes") or []), text=text)

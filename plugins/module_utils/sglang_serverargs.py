@@ -42,8 +42,10 @@ import json
 import os
 import re
 import sys
-import tempfile
 from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import package_dirs
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, module_source
 
 SERVER_ARGS_FILE = "sglang/srt/server_args.py"
 FIELDS_PACKAGE = "sglang.srt.arg_groups.fields"
@@ -352,18 +354,9 @@ def read_flag_table(site: str) -> Dict[str, Any]:
             "sources": sources}
 
 
-def _module_source() -> Optional[bytes]:
-    loader = globals().get("__loader__")
-    try:
-        source = loader.get_source(__name__) if loader is not None else None
-    except (ImportError, OSError):
-        source = None
-    return source.encode("utf-8") if source else None
-
-
 def table_key(site: str) -> Optional[str]:
     """sha256 over this reader and every byte it would read; None when not pinned down."""
-    source = _module_source()
+    source = module_source(globals())
     if source is None:
         return None
     h = hashlib.sha256(repr((TABLE_VERSION, sys.version, os.path.abspath(site))).encode("utf-8"))
@@ -407,12 +400,7 @@ def store_table_memo(memo_file: str, key: Optional[str], table: Dict[str, Any]) 
     if not key:
         return False
     try:
-        directory = os.path.dirname(memo_file) or "."
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(memo_file) + ".", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"key": key, "table": table}, handle)
-        os.replace(tmp, memo_file)
+        atomic_write(memo_file, json.dumps({"key": key, "table": table}), mode=None, dir_mode=0o755)
         return True
     except OSError:
         return False
@@ -420,7 +408,7 @@ def store_table_memo(memo_file: str, key: Optional[str], table: Dict[str, Any]) 
 
 def site_packages(venv: str) -> Optional[str]:
     """The venv's site-packages holding ``sglang/``, or None without one install."""
-    hits = sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "sglang")))
+    hits = package_dirs(venv)
     return os.path.dirname(hits[0]) if len(hits) == 1 else None
 
 

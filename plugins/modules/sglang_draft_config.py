@@ -185,13 +185,12 @@ diff:
     after: "{\n  \"architectures\": [\"LlamaForCausalLMEagle3\"],\n  ...\n}\n"
 """
 
-import hashlib
 import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import capture_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, sha256_hex
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import capture_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
     expected_id_count_from_draft,
     get_layer_ids,
@@ -205,61 +204,27 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative
 )
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _fsync_dir(directory: str) -> None:
-    """Make a rename durable; a crash must not bring back the old ids."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(dest: str, data: bytes, like: os.stat_result) -> None:
-    """Replace ``dest`` via a temp file in the same directory and os.replace, with
-    the mode and owner of ``like``, so SGLang never sees a half-written config."""
-    directory = os.path.dirname(dest) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(dest), suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fchmod(handle.fileno(), like.st_mode & 0o7777)
-            try:
-                os.fchown(handle.fileno(), like.st_uid, like.st_gid)
-            except PermissionError:
-                got = os.fstat(handle.fileno())
-                if (got.st_uid, got.st_gid) != (like.st_uid, like.st_gid):
-                    raise PermissionError(
-                        "cannot keep owner %d:%d of %s as uid %d; run with become"
-                        % (like.st_uid, like.st_gid, dest, os.geteuid())
-                    )
-            os.fsync(handle.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(directory)
+def _write(dest: str, data: bytes, like: os.stat_result) -> None:
+    """Replace ``dest`` atomically and durably with the mode and owner of ``like``: SGLang never
+    sees a half-written config, a crash never brings back the old ids, and a config the
+    service user reads never silently becomes root's."""
+    atomic_write(dest, data, like=like, owner="strict", durable=True)
 
 
 def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_result):
     """Keep the previous file and, once, the first-seen original, named by a hash
     of the config path so two drafts never overwrite each other's backups."""
     os.makedirs(backup_dir, mode=0o755, exist_ok=True)
-    key = _sha256(os.path.abspath(config_path).encode("utf-8"))[:16]
+    key = sha256_hex(os.path.abspath(config_path).encode("utf-8"))[:16]
     stem = os.path.join(backup_dir, "draft-config.%s" % key)
     source = stem + ".source"
     if not os.path.exists(source):
-        atomic_write(source, (os.path.abspath(config_path) + "\n").encode("utf-8"), like)
+        _write(source, (os.path.abspath(config_path) + "\n").encode("utf-8"), like)
     orig = stem + ".orig.json"
     if not os.path.exists(orig):
-        atomic_write(orig, data, like)
+        _write(orig, data, like)
     previous = stem + ".json"
-    atomic_write(previous, data, like)
+    _write(previous, data, like)
     return previous, orig
 
 
@@ -349,8 +314,8 @@ def main() -> None:
         path=config_path,
         layer_ids_before=before,
         layer_ids_after=layer_ids,
-        sha256_before=_sha256(data),
-        sha256_after=_sha256(new_data),
+        sha256_before=sha256_hex(data),
+        sha256_after=sha256_hex(new_data),
         backup=None,
         backup_orig=None,
         expected_count=expected_count,
@@ -381,7 +346,7 @@ def main() -> None:
     was_link = os.path.islink(config_path)
     try:
         result["backup"], result["backup_orig"] = write_backups(p["backup_dir"], config_path, data, like)
-        atomic_write(config_path, new_data, like)
+        _write(config_path, new_data, like)
     except OSError as exc:
         module.fail_json(msg="could not write %s: %s" % (config_path, exc), **result)
 
@@ -394,7 +359,7 @@ def main() -> None:
     except ValueError as exc:
         seen = "unparseable: %s" % exc
     if not same_ids(seen, layer_ids):
-        atomic_write(config_path, data, like)
+        _write(config_path, data, like)
         module.fail_json(
             msg="%s re-read gives %r, not %r; previous file restored" % (config_path, seen, layer_ids),
             **result

@@ -291,7 +291,9 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import DEFAULT_LAYER_IDS, Request, audit_memoized, run
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, run
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS
 
 
 def main():

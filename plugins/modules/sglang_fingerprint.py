@@ -125,22 +125,16 @@ active:
 """
 
 import json
-import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
 
 
 def write_atomic(path: str, data: dict) -> None:
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".fingerprint.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """The recorded fingerprint, private to root (0600 in a 0700 directory)."""
+    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600, dir_mode=0o700)
 
 
 def main() -> None:

@@ -601,16 +601,10 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import (
-    DEEPSEEK_FILE,
-    capture_errors,
-    DEFAULT_LAYER_IDS,
-    Request,
-    audit_memoized,
-    fingerprint_value,
-    store_audit_memo,
-    validate_layer_ids,
-)
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, fingerprint_value
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
