@@ -511,7 +511,7 @@ ansible_facts:
       description:
         - The host's fleet report row (host, release, decision, family, compliant, draft ids, drift, live
           reading, ...), the fact the role's report task sets for a host that needs work.
-        - RV(ansible_facts.sglang_remediation.compliant) is V(false) only for live findings (RV(live)).
+        - Its C(compliant) is V(false) only for live findings (RV(live)).
       type: dict
       sample: {host: gpu-01, release: 0.5.9, decision: patch, compliant: true, drift: [], mode: apply}
 """
