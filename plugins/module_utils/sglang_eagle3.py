@@ -83,7 +83,7 @@ def run(req: Request) -> Dict[str, Any]:
         "file_state_before": None, "sha256_before": None, "sha256_after": None,
         "record_sha256": None, "companion": {"needed": False, "files": []},
         "draft_layer_ids": None, "evidence": [], "checks": {"compiled": None, "semantic": None},
-        "compliant": False, "msg": "", "diff": [], "failed": False,
+        "compliant": False, "findings": [], "msg": "", "diff": [], "failed": False,
     }
     try:
         ids = validate_layer_ids(req.layer_ids)
@@ -102,6 +102,7 @@ def run(req: Request) -> Dict[str, Any]:
     if result["failed"]:
         result["changed"] = False
         result["diff"] = []
+    result["fingerprint"] = fingerprint_value(result)
     return result
 
 
@@ -216,8 +217,8 @@ def _present(req: Request, ids: List[int], inst: Installation,
         if req.state == "audit":
             result["diff"] = []
             result["compliant"] = not to_write and not errors
-            result["msg"] = ("compliant" if result["compliant"] else
-                             "not compliant: " + ("; ".join(errors) or "not patched: " + pending))
+            result["findings"] = errors or ([] if result["compliant"] else ["not patched: " + pending])
+            result["msg"] = "compliant" if result["compliant"] else "not compliant: " + "; ".join(result["findings"])
             return
         if errors:
             raise EngineError("the patched text would fail verification: " + "; ".join(errors))
@@ -286,27 +287,18 @@ def pristine_bytes_for_restore(backup_dir: str, version: str, probe: FileProbe) 
 
 # ------------------------------------------------------------------ fingerprint
 
-FINGERPRINT_STYLES = ("role", "canonical")
 
-
-def fingerprint_value(result: Dict[str, Any], style: str = "role") -> str:
+def fingerprint_value(result: Dict[str, Any]) -> str:
     """The text the fingerprint's ``sglang`` component hashes, from a ``run()`` result.
 
-    ``role`` is byte for byte what vars/main.yml ``_sglang_fp_components.sglang``
-    renders today: release, sha256_after and the companion dict as Jinja prints it
-    (Python's repr), joined by spaces. ``canonical`` says the same without depending
-    on how a template prints a dict: release, deepseek_v2.py sha256 and the companion
-    template name (``none`` without one). Audit and present give the same text on a
-    compliant host, since sha256_after is then the file's current hash.
+    Release, deepseek_v2.py's sha256_after and the companion dict as Python prints
+    it, joined by spaces: byte for byte what the role rendered in Jinja before this
+    value moved here, so that a host recorded by an older collection is not
+    restarted by the upgrade (tests/test_probe.py keeps the old rendering to prove
+    it). Audit and present give the same text on a compliant host, since
+    sha256_after is then the file's current hash.
     """
     def text(value: Any) -> str:
         return "" if value is None else str(value)
 
-    companion = result.get("companion")
-    if style == "role":
-        return "%s %s %s" % (text(result.get("release")), text(result.get("sha256_after")), text(companion))
-    if style == "canonical":
-        template = companion.get("template") if isinstance(companion, dict) else None
-        return "release=%s deepseek_v2.py=%s companion=%s" % (
-            text(result.get("release")), text(result.get("sha256_after")), template or "none")
-    raise ValueError("fingerprint style must be one of %s, got %r" % (", ".join(FINGERPRINT_STYLES), style))
+    return "%s %s %s" % (text(result.get("release")), text(result.get("sha256_after")), text(result.get("companion")))

@@ -110,6 +110,24 @@ def probe_accept_length(answers: Sequence[Any]) -> Tuple[Optional[float], str]:
     return tokens / verify, ""
 
 
+def tokens_per_s(answers: Sequence[Any]) -> Optional[float]:
+    """Generation throughput of the live requests: sum(completion_tokens) / sum(e2e_latency), to 0.1.
+
+    None without timings (an older server, no requests): a missing number is not a zero.
+    """
+    tokens = seconds = 0.0
+    for answer in answers:
+        meta = answer.get("meta_info") if isinstance(answer, dict) else None
+        if not isinstance(meta, dict):
+            continue
+        ct, lat = _number(meta.get("completion_tokens")), _number(meta.get("e2e_latency"))
+        if ct is None or lat is None:
+            continue
+        tokens += ct
+        seconds += lat
+    return round(tokens / seconds, 1) if seconds > 0 else None
+
+
 def running_settings(info: Dict[str, Any]) -> Dict[str, Any]:
     """The speculative settings and version the server reports; None where a release lacks one."""
     out: Dict[str, Any] = {name: info.get(name) for name in SETTINGS}

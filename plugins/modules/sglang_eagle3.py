@@ -235,6 +235,21 @@ compliant:
   type: bool
   returned: always
   sample: true
+fingerprint:
+  description:
+    - The text the C(sglang) component of the running fingerprint hashes (release, C(deepseek_v2.py) sha256
+      after the call and the companion dict); the role records it as C(value:<fingerprint>) after a healthy start.
+  type: str
+  returned: always
+  sample: "0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb {'needed': False, 'files': []}"
+findings:
+  description:
+    - Why the files are not compliant, one item per failed check (or V(not patched) and the files to patch);
+      empty when compliant. Set by O(state=audit) and check mode; RV(msg) says the same in one line.
+  type: list
+  elements: str
+  returned: always
+  sample: ["not patched: sglang/srt/models/deepseek_v2.py"]
 memo:
   description: With O(state=audit), how the audit was answered; V(hit) from O(memo_file), V(miss) computed, V(off) no memo used.
   type: str
