@@ -137,7 +137,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, describe, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
+    changed_components,
+    current_fingerprint,
+    describe,
+    load_recorded,
+    service_active,
+)
 
 
 def write_atomic(path: str, data: dict) -> None:
