@@ -69,11 +69,6 @@ def flag_lines(args: list[str]) -> list[list[str]]:
     return lines
 
 
-def extra_directive_errors(value: Any, var: str = "sglang_service_extra_directives") -> list[str]:
-    """Extra unit directives that would not read back as the user wrote them."""
-    return _service.validate_extra_directives(value, var=var)
-
-
 def directive_lines(value: Any, section: str) -> list[str]:
     """``Key=value`` lines of sglang_service_extra_directives for one unit section."""
     return _service.directive_lines(value, section)
@@ -92,7 +87,6 @@ class FilterModule:
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,
-            "service_extra_directive_errors": extra_directive_errors,
             "service_directive_lines": directive_lines,
             "service_paths": service_paths,
             "managed_flags": managed_flags,

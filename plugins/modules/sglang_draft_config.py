@@ -73,7 +73,7 @@ options:
       - V(present) writes; V(audit) never writes and reports RV(compliant).
       - V(restored) puts back the previous file this module kept in O(backup_dir) (the one the last change
         replaced), keeping the current file's mode and owner; without a backup it changes nothing and says so
-        in RV(msg). The ids are not validated: a rollback restores what ran before.
+        in RV(msg). The ids are not validated, since a rollback restores what ran before.
     type: str
     choices: [present, audit, restored]
     default: present
