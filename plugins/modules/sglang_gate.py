@@ -137,13 +137,13 @@ info_after:
       - avg_spec_accept_length: 3.2
 accept_length:
   description:
-    - Accepted tokens per speculative step, as RV(reading.accept_length); the live requests' C(completion_tokens) /
+    - Accepted tokens per speculative step, as C(reading.accept_length); the live requests' C(completion_tokens) /
       C(spec_verify_ct), else the server's C(avg_spec_accept_length); V(null) when neither is reported.
   type: float
   returned: when ready and the live requests succeeded
   sample: 3.556
 accept_length_source:
-  description: Where RV(accept_length) comes from (V(probe) or V(server info)), as RV(reading.accept_length_source).
+  description: Where RV(accept_length) comes from (V(probe) or V(server info)), as C(reading.accept_length_source).
   type: str
   returned: when ready and the live requests succeeded
   sample: probe

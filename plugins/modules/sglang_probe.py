@@ -103,7 +103,7 @@ options:
   fingerprint_components:
     description:
       - Same dict the role passes to M(fleetops.sglang.sglang_fingerprint) (name to path or C(value:<text>)).
-      - The C(sglang) component is the audit's RV(eagle3.fingerprint) (the value M(fleetops.sglang.sglang_eagle3) returns)
+      - The C(sglang) component is the audit's C(fingerprint) (the value M(fleetops.sglang.sglang_eagle3) returns)
         unless given as C(value:<text>); pass it as V(auto) or leave it out.
     type: dict
     default: {}
