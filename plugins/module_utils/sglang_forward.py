@@ -39,6 +39,7 @@ import copy
 import functools
 import json
 import os
+import sys
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -335,7 +336,10 @@ class _Harness:
 
     def _globals(self) -> Dict[str, Any]:
         torch = self.torch
-        false = (lambda *a, **k: False)
+
+        def false(*args: Any, **kwargs: Any) -> bool:  # every optional kernel path: off
+            return False
+
         recorder = Strict("ExpertDistributionRecorder", with_current_layer=lambda i: contextlib.nullcontext())
         attn_tp = Strict("AttnTpContext", input_scattered=False, is_dsa=False,
                          clear_attn_inputs=lambda: None, set_attn_inputs=lambda x: None)
@@ -377,6 +381,7 @@ class _Harness:
             "_use_aiter": False, "_is_gfx95_supported": False, "_is_npu": False, "_is_hip": False,
             "_is_cuda": False, "_use_aiter_bpreshuffle_gfx95": False,
         }
+
         def start(forward_batch: Any) -> None:
             forward_batch.residual_stream = Strict("ResidualStream", residual=None, pending=None, transport=None,
                                                    complete=lambda hidden_states: hidden_states)
@@ -673,7 +678,7 @@ def harness_main(request: Dict[str, Any]) -> int:
     except ImportError as exc:
         res = not_executed("no torch")
         res["detail"] = str(exc)
-        print(json.dumps(res))
+        _emit(res)
         return 0
     texts: Dict[str, Optional[str]] = {}
     for rel in FORWARD_FILES:
@@ -693,7 +698,11 @@ def harness_main(request: Dict[str, Any]) -> int:
             result = {"executed": True, "ok": False, "errors": ["%s: %s" % (type(exc).__name__, exc)],
                       "captured": {}, "events": []}
     result["torch"] = torch.__version__
-    print(json.dumps(result))
+    _emit(result)
     return 0
 
 
+def _emit(result: Dict[str, Any]) -> None:
+    """The one JSON line the caller reads (stdout: this runs as its own process)."""
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
