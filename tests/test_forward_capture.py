@@ -223,3 +223,64 @@ def test_failed_forward_check_restores_the_pristine_files(make_venv, patches, to
     res = E.run(request(venv, broken, torch_python))
     assert res["failed"] and "verification failed after writing" in res["msg"] and "forward:" in res["msg"]
     assert (site(venv) / DS).read_bytes() == before
+
+
+# ------------------------------------------------------ the GPU-less test double
+
+DOUBLE = Path(__file__).resolve().parents[1] / "files" / "sglang_test_double" / "sglang_test_double.py"
+JUDGE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("sglang_test_double", sys.argv[1])
+td = importlib.util.module_from_spec(spec); sys.modules["sglang_test_double"] = td; spec.loader.exec_module(td)
+w = td.judge_wiring(sys.argv[2], sys.argv[3], "EAGLE3", sys.argv[4], 61, sys.argv[5] == "1", 1,
+                    td.parse_trained_layers("embed,2,30"), harness_path=sys.argv[6] or None)
+print(json.dumps({"prefill": w.prefill, "decode": w.decode, "fatal": w.fatal, "match": w.matches_training,
+                  "notes": w.notes}))
+"""
+
+
+def judge(python, venv, version, ids, harness=True, disable_cuda_graph=False):
+    import json
+    draft = venv / "draft"
+    draft.mkdir(exist_ok=True)
+    (draft / "config.json").write_text(json.dumps({"eagle_config": {"use_aux_hidden_state": True,
+                                                                    "eagle_aux_hidden_state_layer_ids": ids}}))
+    proc = subprocess.run([python, "-c", JUDGE, str(DOUBLE), str(site(venv)), version, str(draft),
+                           "1" if disable_cuda_graph else "0", str(F_PATH) if harness else ""],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@needs_torch
+def test_test_double_judges_with_the_executed_capture(make_venv, patches, torch_python):
+    venv = make_venv("0.5.9")
+    # Pristine 0.5.9 with the body-A ids: capture index 0 meets residual None, executed.
+    dead = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert dead["fatal"].startswith("TypeError") and "(executed" in dead["fatal"]
+    assert any(n.startswith("forward EXECUTED") for n in dead["notes"])
+    assert not E.run(request(venv, patches, None))["failed"]  # patch + companion
+    good = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert good["match"] and good["decode"] == ["embed", "L2", "L30"], good
+
+
+@needs_torch
+def test_test_double_sees_graphs_without_the_companion(make_venv, patches, torch_python):
+    venv = make_venv("0.5.9")
+    path = site(venv) / DS
+    path.write_text(patched_texts("0.5.9", venv, patches, companion=False)[DS])
+    res = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert res["prefill"] == ["embed", "L2", "L30"] and res["decode"] == ["L1", "L29", "L57"]
+    assert not res["match"]
+    assert judge(torch_python, venv, "0.5.9", [-1, 2, 30], disable_cuda_graph=True)["match"]
+
+
+@needs_torch
+def test_test_double_native_and_without_torch(make_venv, torch_python):
+    venv = make_venv("0.5.18")
+    assert judge(torch_python, venv, "0.5.18", [0, 3, 31])["match"]
+    packer = judge(torch_python, venv, "0.5.18", [-1, 2, 30])
+    assert not packer["match"] and "captured 2 of 3" in packer["fatal"]
+    # Without torch (this interpreter) it judges from the text, as before.
+    plain = judge(sys.executable, venv, "0.5.18", [0, 3, 31])
+    assert plain["match"] and not any(n.startswith("forward EXECUTED") for n in plain["notes"])

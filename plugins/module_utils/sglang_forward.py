@@ -624,12 +624,16 @@ def init_literals(source: str) -> Dict[str, Any]:
     return out
 
 
-def _scenario(harness: _Harness, calls: Sequence[Tuple[str, str]], draft_ids: Sequence[int]) -> Dict[str, Any]:
-    """A fresh model, the given set_eagle3_layers_to_capture calls, one forward pass."""
+def _scenario(harness: _Harness, calls: Sequence[Tuple[str, str]],
+              draft_ids: Optional[Sequence[int]]) -> Dict[str, Any]:
+    """A fresh model, the given set_eagle3_layers_to_capture calls, one forward pass.
+
+    ``draft_ids`` None is a draft config without ids: SGLang then passes None too.
+    """
     lm, model = harness.model()
     set_layers = load_function(harness.ds, "DeepseekV2ForCausalLM.set_eagle3_layers_to_capture", dict(harness.globals))
     for kind, _where in calls:
-        if kind == "defaults":
+        if kind == "defaults" or (kind == "configured" and draft_ids is None):
             set_layers(lm)
         elif kind == "configured":
             set_layers(lm, list(draft_ids))
@@ -639,12 +643,16 @@ def _scenario(harness: _Harness, calls: Sequence[Tuple[str, str]], draft_ids: Se
     return {"names": [], "aux": False}
 
 
-def run_capture_check(torch: Any, texts: Dict[str, Optional[str]], route: str, draft_ids: Sequence[int],
+def run_capture_check(torch: Any, texts: Dict[str, Optional[str]], route: str, draft_ids: Optional[Sequence[int]],
                       expected: Sequence[str]) -> Dict[str, Any]:
-    """The verdict: plain serving, CUDA-graph capture state and eager state, each executed."""
+    """The verdict: plain serving, CUDA-graph capture state and eager state, each executed.
+
+    ``raised`` maps a state to the exception the release's code raised in it (what SGLang
+    would die of at warm-up); ``captured`` the names of what the other states captured.
+    """
     harness = _Harness(torch, texts)
     events = runner_events(texts.get(MODEL_RUNNER_FILE), texts.get(CUDA_GRAPH_FILE))
-    result: Dict[str, Any] = {"executed": True, "route": route, "errors": [], "captured": {},
+    result: Dict[str, Any] = {"executed": True, "route": route, "errors": [], "captured": {}, "raised": {},
                               "events": ["%s: %s" % (w, k) for k, w in events]}
     errors: List[str] = result["errors"]
     stages: List[Tuple[str, List[Tuple[str, str]]]] = [("plain", [])]
@@ -655,7 +663,8 @@ def run_capture_check(torch: Any, texts: Dict[str, Optional[str]], route: str, d
         try:
             got = _scenario(harness, calls, draft_ids)
         except Exception as exc:  # the release's code or a stand-in refused: that is the finding
-            errors.append("%s: %s: %s" % (stage, type(exc).__name__, exc))
+            result["raised"][stage] = "%s: %s" % (type(exc).__name__, exc)
+            errors.append("%s: %s" % (stage, result["raised"][stage]))
             continue
         if stage == "plain":
             if got["aux"]:
