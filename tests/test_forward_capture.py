@@ -336,3 +336,11 @@ def test_module_fails_and_restores_when_the_forward_check_fails(make_venv, patch
     assert "append_embedding" not in out["msg"] and "compile" not in out["msg"]
     assert out["forward"]["captured"]["eager"][0] != "embedding"
     assert (site(venv) / DS).read_bytes() == before
+
+
+@needs_torch
+def test_cuda_graph_replay_needs_a_device(make_venv, torch_python):
+    """The replay path (scripts/check-cuda-graph-replay, GPU hosts) says so on a CPU-only torch."""
+    res = F.forward_check(torch_python, str(site(make_venv("0.5.18"))), "native", [-1, 2, 30], [0, 3, 31],
+                          run_command, replay_cuda_graph=True)
+    assert res["executed"] is False and "no CUDA device" in res["reason"]

@@ -108,7 +108,7 @@ def not_executed(reason: str) -> Dict[str, Any]:
 
 def forward_check(python: Optional[str], site_packages: str, route: str, layer_ids: Sequence[int],
                   draft_ids: Sequence[int], run_command: Optional[RunCommand],
-                  texts: Optional[Dict[str, str]] = None, timeout: int = 300) -> Dict[str, Any]:
+                  texts: Optional[Dict[str, str]] = None, replay_cuda_graph: bool = False) -> Dict[str, Any]:
     """Run the harness under ``python`` (the SGLang venv's) and return its verdict.
 
     ``route`` is ``patch`` or ``native``; ``layer_ids`` the user's ids (what the draft
@@ -116,7 +116,8 @@ def forward_check(python: Optional[str], site_packages: str, route: str, layer_i
     ``texts`` overrides files of site-packages (check mode verifies patched texts that
     are not on disk yet). The result's ``executed`` is False when the venv's python
     has no torch (image builds without deps, the test bed): then ``ok`` is None and
-    the other checks stand alone.
+    the other checks stand alone. ``replay_cuda_graph`` (GPU hosts, never CI) also
+    replays the graph state in a real ``torch.cuda.CUDAGraph``.
     """
     if not python or not os.path.exists(python):
         return not_executed("no python in the venv (%s)" % python)
@@ -126,7 +127,8 @@ def forward_check(python: Optional[str], site_packages: str, route: str, layer_i
     if source is None:
         return not_executed("the harness source cannot be read")
     request = {"site_packages": site_packages, "route": route, "layer_ids": list(layer_ids),
-               "draft_ids": list(draft_ids), "expected": expected_names(layer_ids), "texts": texts or {}}
+               "draft_ids": list(draft_ids), "expected": expected_names(layer_ids), "texts": texts or {},
+               "replay_cuda_graph": replay_cuda_graph}
     payload = json.dumps({"source": source, "request": request})
     rc, out, err = run_command([python, "-c", BOOT], data=payload)
     lines = [line for line in (out or "").splitlines() if line.startswith("{")]
@@ -152,7 +154,7 @@ def forward_summary(res: Optional[Dict[str, Any]]) -> str:
     names = captured.get("graph") if captured.get("graph") is not None else captured.get("eager")
     what = ", ".join(short_name(n) for n in names or []) or "nothing captured"
     if res.get("ok"):
-        return "forward: %s (executed)" % what
+        return "forward: %s (executed%s)" % (what, ", CUDA graph replayed" if res.get("replayed") else "")
     return "forward: FAILED (%s)" % "; ".join(res.get("errors") or ["?"])
 
 
@@ -296,9 +298,10 @@ def _has_function(source: Optional[str], qualname: str) -> bool:
 class _Harness:
     """One model's worth of stand-ins around the release's real capture code."""
 
-    def __init__(self, torch: Any, texts: Dict[str, Optional[str]]) -> None:
+    def __init__(self, torch: Any, texts: Dict[str, Optional[str]], device: str = "cpu") -> None:
         self.torch = torch
         self.texts = texts
+        self.device = device
         self.ds = texts[DEEPSEEK_FILE] or ""
         forward = _functions(self.ds).get("DeepseekV2Model.forward")
         flat = ast.dump(forward) if forward is not None else ""
@@ -542,7 +545,7 @@ class _Harness:
         torch = self.torch
 
         def embed_tokens(input_ids: Any) -> Any:
-            out = torch.zeros((input_ids.shape[0], HIDDEN), dtype=torch.float64)
+            out = torch.zeros((input_ids.shape[0], HIDDEN), dtype=torch.float64, device=input_ids.device)
             out[:, 0] = EMBED_MARK + input_ids.to(torch.float64)
             return out
 
@@ -558,16 +561,36 @@ class _Harness:
                     config=Strict("PretrainedConfig", num_hidden_layers=NUM_LAYERS), capture_aux_hidden_states=False)
         return lm, model
 
-    def run_forward(self, model: Any) -> Any:
+    def input_ids(self, first: int = 0) -> Any:
+        return self.torch.arange(first, first + TOKENS, dtype=self.torch.int64, device=self.device)
+
+    def run_forward(self, model: Any, input_ids: Any) -> Any:
         forward = types.MethodType(load_function(self.ds, "DeepseekV2Model.forward", self.globals), model)
-        torch = self.torch
         batch = Strict("ForwardBatch", can_run_tbo=False,
                        forward_mode=Strict("ForwardMode", is_idle=lambda: False, is_extend=lambda: True,
                                            is_decode=lambda: False, is_target_verify=lambda: False))
-        input_ids = torch.arange(TOKENS, dtype=torch.int64)
-        return forward(input_ids, torch.arange(TOKENS), batch)
+        return forward(input_ids, self.torch.arange(TOKENS, device=self.device), batch)
 
-    def decode(self, captured: Any) -> List[str]:
+    def replay_forward(self, model: Any) -> Tuple[Any, Any]:
+        """GPU hosts only: capture the forward in a real torch.cuda.CUDAGraph, change the
+        (static) input tokens, replay, and return (output, the tokens replayed)."""
+        torch = self.torch
+        static_ids = self.input_ids()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.run_forward(model, static_ids)  # warm-up, as CudaGraphRunner does before capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = self.run_forward(model, static_ids)
+        replayed = self.input_ids(first=7)
+        static_ids.copy_(replayed)
+        graph.replay()
+        torch.cuda.synchronize()
+        return out, replayed
+
+    def decode(self, captured: Any, input_ids: Any) -> List[str]:
         """Name each captured tensor by the state of the residual stream it holds."""
         torch = self.torch
         if isinstance(captured, (list, tuple)):
@@ -575,9 +598,9 @@ class _Harness:
         else:
             parts = list(torch.split(captured, HIDDEN, dim=-1))
         names = []
-        marks = EMBED_MARK + torch.arange(TOKENS, dtype=torch.float64)
+        marks = EMBED_MARK + input_ids.to(torch.float64).cpu()
         for part in parts:
-            part = part.to(torch.float64)
+            part = part.to(torch.float64).cpu()
             attn, mlp = part[:, 1], part[:, 2]
             if part.shape != (TOKENS, HIDDEN) or not torch.equal(part[:, 0], marks) \
                     or not torch.equal(attn, attn[0].expand_as(attn)) or not torch.equal(mlp, mlp[0].expand_as(mlp)):
@@ -625,7 +648,7 @@ def init_literals(source: str) -> Dict[str, Any]:
 
 
 def _scenario(harness: _Harness, calls: Sequence[Tuple[str, str]],
-              draft_ids: Optional[Sequence[int]]) -> Dict[str, Any]:
+              draft_ids: Optional[Sequence[int]], replay: bool = False) -> Dict[str, Any]:
     """A fresh model, the given set_eagle3_layers_to_capture calls, one forward pass.
 
     ``draft_ids`` None is a draft config without ids: SGLang then passes None too.
@@ -637,20 +660,26 @@ def _scenario(harness: _Harness, calls: Sequence[Tuple[str, str]],
             set_layers(lm)
         elif kind == "configured":
             set_layers(lm, list(draft_ids))
-    out = harness.run_forward(model)
+    if replay:
+        out, input_ids = harness.replay_forward(model)
+    else:
+        input_ids = harness.input_ids()
+        out = harness.run_forward(model, input_ids)
     if isinstance(out, tuple):
-        return {"names": harness.decode(out[1]), "aux": True}
+        return {"names": harness.decode(out[1], input_ids), "aux": True}
     return {"names": [], "aux": False}
 
 
 def run_capture_check(torch: Any, texts: Dict[str, Optional[str]], route: str, draft_ids: Optional[Sequence[int]],
-                      expected: Sequence[str]) -> Dict[str, Any]:
+                      expected: Sequence[str], device: str = "cpu", replay_cuda_graph: bool = False) -> Dict[str, Any]:
     """The verdict: plain serving, CUDA-graph capture state and eager state, each executed.
 
     ``raised`` maps a state to the exception the release's code raised in it (what SGLang
     would die of at warm-up); ``captured`` the names of what the other states captured.
+    With ``replay_cuda_graph`` (a CUDA device), the graph state is captured in a real
+    CUDA graph and replayed with other tokens (``captured["graph"]``, ``replayed``).
     """
-    harness = _Harness(torch, texts)
+    harness = _Harness(torch, texts, device)
     events = runner_events(texts.get(MODEL_RUNNER_FILE), texts.get(CUDA_GRAPH_FILE))
     result: Dict[str, Any] = {"executed": True, "route": route, "errors": [], "captured": {}, "raised": {},
                               "events": ["%s: %s" % (w, k) for k, w in events]}
@@ -658,10 +687,13 @@ def run_capture_check(torch: Any, texts: Dict[str, Optional[str]], route: str, d
     stages: List[Tuple[str, List[Tuple[str, str]]]] = [("plain", [])]
     if any(kind == "graphs" for kind, _w in events):
         stages.append(("graph", events[:[k for k, _w in events].index("graphs")]))
+    elif replay_cuda_graph:
+        stages.append(("graph", list(events)))
     stages.append(("eager", [e for e in events if e[0] != "graphs"]))
+    result["replayed"] = bool(replay_cuda_graph)
     for stage, calls in stages:
         try:
-            got = _scenario(harness, calls, draft_ids)
+            got = _scenario(harness, calls, draft_ids, replay=replay_cuda_graph and stage == "graph")
         except Exception as exc:  # the release's code or a stand-in refused: that is the finding
             result["raised"][stage] = "%s: %s" % (type(exc).__name__, exc)
             errors.append("%s: %s" % (stage, result["raised"][stage]))
@@ -700,9 +732,14 @@ def harness_main(request: Dict[str, Any]) -> int:
                 texts[rel] = fh.read()
         else:
             texts[rel] = None
+    replay = bool(request.get("replay_cuda_graph"))
+    if replay and not torch.cuda.is_available():
+        _emit(not_executed("no CUDA device for the CUDA-graph replay"))
+        return 0
     with torch.inference_mode():
         try:
-            result = run_capture_check(torch, texts, request["route"], request["draft_ids"], request["expected"])
+            result = run_capture_check(torch, texts, request["route"], request["draft_ids"], request["expected"],
+                                       device="cuda" if replay else "cpu", replay_cuda_graph=replay)
         except Exception as exc:  # pylint: disable=broad-except
             result = {"executed": True, "ok": False, "errors": ["%s: %s" % (type(exc).__name__, exc)],
                       "captured": {}, "events": []}
