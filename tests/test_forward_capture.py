@@ -39,9 +39,9 @@ RELEASES = ["0.5.4.post2", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "
 needs_torch = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0", reason="SGLANG_PARSER_TESTS=0")
 
 
-def run_command(argv, data=None):
-    """AnsibleModule.run_command's contract: (rc, stdout, stderr), ``data`` on stdin."""
-    proc = subprocess.run(argv, input=data, capture_output=True, text=True, timeout=600)
+def run_command(argv):
+    """AnsibleModule.run_command's contract: (rc, stdout, stderr)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     return proc.returncode, proc.stdout, proc.stderr
 
 

@@ -15,7 +15,8 @@ Two halves live in this one file, because Ansible ships module_utils alone:
 
 * the caller's half (standard library only, any host python): builds the request,
   runs this very file's source under the SGLang venv's python through the module's
-  ``run_command`` (never ``subprocess``) and reads one JSON line back;
+  ``run_command`` (never ``subprocess``; source and request in a private temp file)
+  and reads one JSON line back;
 * the harness (``harness_main`` and below): runs in that venv's python, the one that
   imports torch. Where torch is missing it says so and the caller reports
   "not executed (no torch)".
@@ -40,6 +41,7 @@ import functools
 import json
 import os
 import sys
+import tempfile
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -58,11 +60,14 @@ HIDDEN = 3  # channels: token mark, attention blocks added, MLP blocks added
 TOKENS = 2
 EMBED_MARK = 1000.0
 
-# The venv's python runs this file's source, read from stdin, and prints one JSON line.
-BOOT = ("import json, sys; d = json.loads(sys.stdin.read()); ns = {'__name__': 'sglang_forward_harness'}; "
+# The venv's python runs this file's source, read with the request from the JSON file
+# named in argv, and prints one JSON line.
+BOOT = ("import json, sys; d = json.load(open(sys.argv[1], encoding='utf-8')); "
+        "ns = {'__name__': 'sglang_forward_harness'}; "
         "exec(compile(d['source'], '<sglang_forward>', 'exec'), ns); sys.exit(ns['harness_main'](d['request']))")
 
-# Runs argv with ``data`` on stdin; returns (rc, stdout, stderr): AnsibleModule.run_command on a host.
+# Runs argv, returns (rc, stdout, stderr): AnsibleModule.run_command on a host (the
+# engine's RunCommand contract: argv only).
 RunCommand = Callable[..., Tuple[int, str, str]]
 
 
@@ -129,8 +134,14 @@ def forward_check(python: Optional[str], site_packages: str, route: str, layer_i
     request = {"site_packages": site_packages, "route": route, "layer_ids": list(layer_ids),
                "draft_ids": list(draft_ids), "expected": expected_names(layer_ids), "texts": texts or {},
                "replay_cuda_graph": replay_cuda_graph}
-    payload = json.dumps({"source": source, "request": request})
-    rc, out, err = run_command([python, "-c", BOOT], data=payload)
+    # A private file, not stdin: the engine's runners take argv only.
+    fd, payload = tempfile.mkstemp(prefix="sglang-forward-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"source": source, "request": request}, fh)
+        rc, out, err = run_command([python, "-c", BOOT, payload])
+    finally:
+        os.unlink(payload)
     lines = [line for line in (out or "").splitlines() if line.startswith("{")]
     if not lines:
         res = not_executed("harness gave no result (rc %s): %s" % (rc, (err or out or "").strip()[-500:]))
