@@ -109,7 +109,7 @@ def new_row(host: str) -> Dict[str, Any]:
     return {
         "host": host, "status": "not reached", "batch": None, "release": "", "decision": "",
         "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
-        "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
+        "sha256_after": "", "evidence": [], "forward": "", "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
@@ -180,10 +180,11 @@ def render_markdown(doc: Dict[str, Any]) -> str:
                                    else "stopped before it finished")))
         lines.append("")
     lines += ["## Hosts", "",
-              "| host | batch | status | release | decision / action | evidence lines | deepseek_v2.py sha256 before -> after"
+              "| host | batch | status | release | decision / action | evidence lines | forward capture"
+              " | deepseek_v2.py sha256 before -> after"
               " | draft ids | steps/topk/draft | restart | health | accept len | tok/s | live accept len (source)"
               " | running steps/topk/draft | error |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def short(h: str) -> str:
         return h[:12] if h else "-"
@@ -222,7 +223,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         error = r.get("error") or "; ".join(d for d in r.get("drift") or [] if str(d).startswith("live:"))
         lines.append("| %s |" % " | ".join(cell(v) for v in (
             r["host"], r["batch"], status, r["release"], decision,
-            ", ".join(str(e) for e in r.get("evidence") or []),
+            ", ".join(str(e) for e in r.get("evidence") or []), r.get("forward"),
             "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
             r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),
             r.get("tokens_per_s"), live, running_text, error)))
@@ -311,7 +312,7 @@ class CallbackModule(CallbackBase):
         fact = plain(fact)
         row = self._row(host)
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
-                    "companion", "health", "mode"):
+                    "companion", "health", "mode", "forward"):
             if key in fact:
                 row[key] = fact[key] if fact[key] not in (None, "None") else ""
         for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings", "rollback"):

@@ -10,7 +10,8 @@ its own file:
 * ``sglang_distribution``: where SGLang is installed, RECORD and METADATA;
 * ``sglang_hunks``: parse, apply and reverse the patch hunks, classify a file;
 * ``sglang_shapes``: the release family read from the code, the decision table;
-* ``sglang_verify``: grep evidence, compilation, the semantic check;
+* ``sglang_verify``: grep evidence, compilation, the semantic check and the
+  forward-capture check (``sglang_forward``: the release's capture code, executed);
 * ``sglang_fileio``: atomic writes;
 * ``sglang_memo``: the audit memo over all of the above.
 
@@ -45,7 +46,12 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes impo
     runner_stores_ids,
     validate_layer_ids,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_verify import RunCommand, semantic_check_native, verify_texts
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_verify import (
+    RunCommand,
+    forward_capture_check,
+    semantic_check_native,
+    verify_texts,
+)
 
 
 @dataclass
@@ -84,6 +90,9 @@ def run(req: Request) -> Dict[str, Any]:
         "record_sha256": None, "companion": {"needed": False, "files": []},
         "draft_layer_ids": None, "evidence": [], "checks": {"compiled": None, "semantic": None},
         "compliant": False, "findings": [], "msg": "", "diff": [], "failed": False,
+        # Filled by _forward on state=present; audit and absent never execute SGLang's code.
+        "forward": {"executed": False, "ok": None, "reason": "state=%s" % req.state,
+                    "summary": "forward: not executed (state=%s)" % req.state},
     }
     try:
         ids = validate_layer_ids(req.layer_ids)
@@ -139,6 +148,10 @@ def _run(req: Request, ids: List[int], inst: Installation, result: Dict[str, Any
         _refuse(main.path, dec.reason)
     if dec.decision == "native":
         _native(main, ids, result)
+        if req.state == "present":
+            errors = _forward(req, inst, "native", ids, result["draft_layer_ids"], {}, result)
+            if errors:
+                raise EngineError("verification failed: " + "; ".join(errors))
         return
     plan: List[Tuple[FileProbe, List[Hunk]]] = [(main, _hunks(req.patches, dec.family))]
     if dec.companion:
@@ -169,6 +182,14 @@ def _native(main: FileProbe, ids: List[int], result: Dict[str, Any]) -> None:
     result["compliant"] = main.state == "pristine"
     result["msg"] = ("native embedding capture: the draft config must list eagle_aux_hidden_state_layer_ids "
                      "%r; no source change" % (result["draft_layer_ids"],))
+
+
+def _forward(req: Request, inst: Installation, route: str, ids: List[int], draft_ids: List[int],
+             texts: Dict[str, str], result: Dict[str, Any]) -> List[str]:
+    """The forward-capture check under the venv's python; its result goes to ``result["forward"]``."""
+    result["forward"], errors = forward_capture_check(req.python, inst.site_packages, route, ids, draft_ids,
+                                                      req.run_command, texts=texts)
+    return errors
 
 
 def _diff(path: str, before: str, after: str) -> Dict[str, str]:
@@ -213,6 +234,8 @@ def _present(req: Request, ids: List[int], inst: Installation,
         # Verify what the files would be, without touching them.
         evidence, checks, errors = verify_texts(targets, pristine, ids, paths, req.python, on_disk=False,
                                                 run_command=req.run_command)
+        if req.state == "present":  # check mode: the would-be texts, executed
+            errors += _forward(req, inst, "patch", ids, ids, targets, result)
         result.update(evidence=evidence, checks=checks)
         if req.state == "audit":
             result["diff"] = []
@@ -236,6 +259,7 @@ def _present(req: Request, ids: List[int], inst: Installation,
         on_disk = {rel: read_bytes_text(paths[rel])[1] for rel in targets}
         evidence, checks, errors = verify_texts(on_disk, pristine, ids, paths, req.python, on_disk=True,
                                                 run_command=req.run_command)
+        errors += _forward(req, inst, "patch", ids, ids, {}, result)  # the files on disk, executed
         if errors:
             raise EngineError("verification failed after writing, pristine files restored: " + "; ".join(errors))
     except BaseException:
