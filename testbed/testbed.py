@@ -14,7 +14,9 @@ reinstalling anything.  What is already healthy is never rebuilt or restarted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
 import secrets
@@ -400,24 +402,33 @@ def password_sudo_hosts(names: Sequence[str]) -> set[str]:
     return {names[-1]} if names else set()
 
 
+@contextlib.contextmanager
+def cache_lock(cache: Path):
+    """Scenarios set up side by side (bookworm and trixie) share the key: generate it once."""
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache, 0o700)
+    with open(cache / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_operator_key(cache: Path = SSH_CACHE, runner: Runner = run) -> Path:
     """The operator's ed25519 key pair, generated once; returns the private key."""
     key = cache / "ops_ed25519"
-    if not key.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        os.chmod(cache, 0o700)
-        runner(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-testbed-ops", "-f", str(key)])
+    with cache_lock(cache):
+        if not key.exists():
+            runner(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-testbed-ops", "-f", str(key)])
     return key
 
 
 def ensure_become_password(cache: Path = SSH_CACHE) -> Path:
     """The sudo password of the password-sudo host(s), in a 0600 file nobody commits."""
     path = cache / "become-password"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_urlsafe(18) + "\n")
+    with cache_lock(cache):
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(18) + "\n")
     return path
 
 
