@@ -475,6 +475,12 @@ def published_ssh_port(name: str, runner: Runner = run) -> int:
                      " start it with -p 127.0.0.1::22")
 
 
+def publishes_ssh(name: str, runner: Runner = run) -> bool:
+    """Whether the container was started with sshd published (running or not)."""
+    res = runner(["docker", "inspect", "--format", "{{json .HostConfig.PortBindings}}", name], check=False)
+    return res.returncode == 0 and '"22/tcp"' in res.stdout
+
+
 def wait_ssh(port: int, timeout: float = SSH_WAIT_SECONDS) -> None:
     """Wait until sshd on 127.0.0.1:port sends its banner."""
     deadline = time.monotonic() + timeout
@@ -565,6 +571,11 @@ def fleet_up(prefix: str, count: int, suite: str, inventory: Path | None, group:
              runner: Runner = run, connection: str = "docker") -> list[str]:
     names = fleet_names(prefix, count)
     existing = running_fleet(prefix, runner)
+    if connection == "ssh":
+        # A container of a docker-connection fleet publishes no sshd: replace it.
+        for name in [n for n in names if n in existing and not publishes_ssh(n, runner)]:
+            runner(["docker", "rm", "-f", name])
+            del existing[name]
     create, start, remove = plan_fleet(names, existing)
     for name in remove:
         runner(["docker", "rm", "-f", name])
