@@ -66,7 +66,7 @@ def controller_holder() -> Dict[str, Any]:
     pid = os.getppid()
     started = process_started(pid)
     stamp = datetime.datetime.fromtimestamp(started or time.time(), datetime.timezone.utc)
-    owner, _, named = os.environ.get(RUN_ID_ENV, "").partition(":")
+    owner, named = (os.environ.get(RUN_ID_ENV, "").split(":", 1) + [""])[:2]
     # Only this process's own: a child ansible-playbook inherits its parent's value.
     run_id = named if owner == str(pid) and named else "%s-%d" % (stamp.strftime("%Y%m%dT%H%M%SZ"), pid)
     try:

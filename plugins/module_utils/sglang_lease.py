@@ -92,8 +92,8 @@ def decide(current: Optional[Mapping[str, Any]], me: Mapping[str, Any], now: flo
     if held > ttl:
         return STALE, "it is %ds old, older than sglang_lock_ttl=%ds" % (int(held), int(ttl))
     if takeover and current.get("run_id") == takeover:
-        return STALE, "its controller process %s no longer exists on %s" % (current.get("pid"),
-                                                                              current.get("controller"))
+        return STALE, "its controller process %s no longer exists on %s" % (
+            current.get("pid"), current.get("controller"))
     return HELD, ""
 
 

@@ -26,18 +26,12 @@ description:
     user, pid, start of the run), turns O(wait) into a wait of up to O(timeout) seconds, takes over
     the lease of a run whose process no longer exists on this controller, and fails the host with
     a message naming the holder when the wait runs out.
-  - The lease is bookkeeping, not host state: no call reports C(changed).
+  - The lease is bookkeeping, not host state, so no call reports C(changed).
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
-  action:
-    support: full
-    details:
-      - The action plugin fills O(holder), waits up to O(timeout) and detects dead local holders.
-  async:
-    support: none
   check_mode:
     support: full
     details:
@@ -137,7 +131,9 @@ holder_text:
   description: The holder as one line (run id, user@controller, pid, run start, lease time); empty when free.
   type: str
   returned: always
-  sample: run 20261201T122730Z-remediate-4242 by alice@ops-bastion-1 (controller pid 4242), run started 2026-12-01T12:27:30Z, lease taken 2026-12-01T12:27:42Z (12s ago)
+  sample: >-
+    run 20261201T122730Z-remediate-4242 by alice@ops-bastion-1 (controller pid 4242),
+    run started 2026-12-01T12:27:30Z, lease taken 2026-12-01T12:27:42Z (12s ago)
 previous:
   description: The holder this call took over (stale, unreadable or gone); null otherwise.
   type: dict

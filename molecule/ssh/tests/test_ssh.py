@@ -31,6 +31,11 @@ CUT_HOOK = PROJECT / "molecule" / "ssh" / "files" / "cut-connection.yml"
 DEEPSEEK = "/opt/sglang/venv/lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py"
 LEASE = "/var/lib/sglang-remediation/lease.json"
 ALL_AT_ONCE = {"sglang_serial": ["100%"]}
+
+
+def steps(n: int) -> Dict[str, int]:
+    """A flag change the preflight accepts: with topk 1, num_steps + 1 draft tokens."""
+    return {"sglang_speculative_num_steps": n, "sglang_speculative_num_draft_tokens": n + 1}
 _state: Dict[str, Any] = {}
 
 
@@ -139,7 +144,7 @@ def test_rerun_over_ssh_changes_nothing():
 
 def test_check_diff_over_ssh_changes_nothing():
     before = sh(H1, "sha256sum /etc/systemd/system/sglang.service %s" % DEEPSEEK)
-    check = run("check", extra_vars={"sglang_speculative_num_steps": 7}, args=["--check", "--diff", "--limit", H1])
+    check = run("check", extra_vars=steps(7), args=["--check", "--diff", "--limit", H1])
     assert check.rc == 0, check.tail(80)
     assert "--speculative-num-steps 7" in check.output  # the unit's diff
     assert rows("check")[H1]["status"] == "would change"
@@ -147,7 +152,7 @@ def test_check_diff_over_ssh_changes_nothing():
 
 
 def test_a_flag_change_over_ssh_restarts_once():
-    change = run("flags", extra_vars={"sglang_speculative_num_steps": 7}, args=["--limit", H1])
+    change = run("flags", extra_vars=steps(7), args=["--limit", H1])
     assert change.rc == 0, change.tail(80)
     assert starts(H1) == 2 and server_info(H1)["speculative_num_steps"] == 7
 
@@ -212,7 +217,7 @@ def test_two_runs_started_together_restart_once():
 
 # --- 3. sshd down on one host of a rolling run -------------------------------------------
 
-ROLLING = {"sglang_serial": [2, 1], "sglang_speculative_num_steps": 9}
+ROLLING = dict(steps(9), sglang_serial=[2, 1])
 
 
 def test_a_host_whose_sshd_is_down_is_unreachable_and_stops_the_rollout():
@@ -247,14 +252,14 @@ def test_the_rerun_with_sshd_back_converges_that_host_with_one_restart():
 
 def test_a_connection_cut_before_the_restart_is_finished_by_the_rerun():
     before = starts(H1)
-    cut = run("cut", extra_vars={"sglang_speculative_num_steps": 11, "sglang_pre_restart_tasks": str(CUT_HOOK)},
+    cut = run("cut", extra_vars=dict(steps(11), sglang_pre_restart_tasks=str(CUT_HOOK)),
               args=["--limit", H1])
     assert cut.rc == 4 and rows("cut")[H1]["status"] == "unreachable", cut.tail(80)
     assert "--speculative-num-steps 11" in sh(H1, "cat /etc/systemd/system/sglang.service")
     assert starts(H1) == before and server_info(H1)["speculative_num_steps"] == 9
     # The cut run could not give its lease back; its ansible-playbook is gone from this controller.
     assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "held"
-    rerun = run("cut-rerun", extra_vars={"sglang_speculative_num_steps": 11}, args=["--limit", H1])
+    rerun = run("cut-rerun", extra_vars=steps(11), args=["--limit", H1])
     assert rerun.rc == 0, rerun.tail(80)
     assert "took over the lease of run" in rerun.output and "no longer exists on" in rerun.output
     assert starts(H1) == before + 1 and server_info(H1)["speculative_num_steps"] == 11
