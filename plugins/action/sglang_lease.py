@@ -93,17 +93,17 @@ class ActionModule(ActionBase):
         timeout = int(args.get("timeout", 300))
         me = dict(args.get("holder") or {}) or controller_holder()
         args["holder"] = me
-        warnings = []
 
         if state != "acquired" or self._task.check_mode:
             # In check mode even a release only reads (the module would not write either).
             call_state = "released" if state == "released" and not self._task.check_mode else "inspect"
             res = self._call(dict(args, state=call_state), task_vars)
             if res.get("held_by_other") and state != "released":
-                warnings.append("another run holds this host's lease: %s. Audits and check mode neither take nor "
-                                "wait for it, so what this run read may be in the middle of that run's changes."
-                                % res.get("holder_text"))
-            res.setdefault("warnings", []).extend(warnings)
+                # Through the display: a result's "warnings" take Ansible's own objects, not strings.
+                self._display.warning("%s: another run holds this host's lease: %s. Audits and check mode neither "
+                                      "take nor wait for it, so what this run read may be in the middle of that "
+                                      "run's changes." % (task_vars.get("inventory_hostname", "host"),
+                                                          res.get("holder_text")))
             result.update(res)
             return result
 

@@ -207,7 +207,11 @@ def test_two_runs_started_together_restart_once():
     assert starts(H1) == 4, outputs
     for name, rc in outcomes.items():
         assert rc == 0 or "another run holds this host's lease" in outputs[name], outputs[name][-3000:]
-    assert any("waiting up to 300s for the lease held by run" in o for o in outputs.values()), outcomes
+    # The second waited for the first's lease (or, on a slow machine, probed only once the first had
+    # finished and found nothing to do: then the lease was not needed).
+    waited = [n for n, o in outputs.items() if "waiting up to 300s for the lease held by run" in o]
+    untouched = [n for n, o in outputs.items() if parse_recap(o).get(H1, {}).get("changed") == 0]
+    assert len(waited) == 1 or len(untouched) == 1, (waited, untouched)
     # No interleaved writes: the host is exactly as the first converge left it.
     assert sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK) == _state["patched"]
     assert sh(H1, "sha256sum /etc/systemd/system/sglang.service | cut -d' ' -f1") == _state["unit"]
