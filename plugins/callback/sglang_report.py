@@ -22,6 +22,11 @@ description:
     C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
+  - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
+    docker connection, whose task fails with C(Module result deserialization failed)) gets the status
+    C(unreachable) with the connection's message, distinct from C(failed), and is listed under "Needs attention".
+  - Sets C(SGLANG_RUN_ID) in its own process to C(<pid>:<run directory name>), so that the per-host lease
+    (M(fleetops.sglang.sglang_lease)) names its holder by the run's report directory.
 author:
   - SGLang remediation maintainers (@fleetops)
 options:
@@ -103,6 +108,24 @@ def as_number(value: Any) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+# The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
+RUN_ID_ENV = "SGLANG_RUN_ID"
+
+
+def unreachable_reason(result: Mapping) -> Optional[str]:
+    """The error of a task that failed because the host could not be reached, else None.
+
+    Over SSH Ansible itself reports such a host unreachable. The docker connection
+    does not: a stopped container fails the task with "Module result
+    deserialization failed" and the daemon's "is not running" on stderr. The
+    operator needs to read that the host is down, not that a module broke.
+    """
+    stderr = str(result.get("module_stderr") or "")
+    if "Error response from daemon" in stderr and ("is not running" in stderr or "No such container" in stderr):
+        return "unreachable: the container is not running (docker: %s)" % stderr.strip().splitlines()[0]
+    return None
 
 
 def new_row(host: str) -> Dict[str, Any]:
@@ -350,6 +373,9 @@ class CallbackModule(CallbackBase):
         name = os.path.splitext(self.playbook)[0]
         self.mode = name if name in ("audit", "rollback") else "remediate"
         self._setup_dirs()
+        # Paired with this process's pid: an ansible-playbook started by this one (the
+        # Molecule scenarios do) inherits the environment but is another run.
+        os.environ[RUN_ID_ENV] = "%d:%s" % (os.getpid(), os.path.basename(self.run_dir))
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
@@ -389,6 +415,13 @@ class CallbackModule(CallbackBase):
             return
         row = self._row(result.host.get_name())
         res = result.result
+        down = unreachable_reason(res)
+        if down:
+            row["status"] = "unreachable"
+            row["error"] = down
+            row["failed_task"] = result.task.get_name()
+            self._write()
+            return
         msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
         # A failure inside the restart block is rescued and replaced by the role's own
         # message; keep the first cause unless the role has filled the error itself.

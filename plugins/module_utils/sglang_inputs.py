@@ -562,6 +562,8 @@ VARIABLES: Dict[str, Variable] = {
                                          _accept_length),
     "sglang_rollback_on_failure": Variable(ACCEPTED_BOOL, _bool),
     "sglang_defer_gate_failure": Variable(ACCEPTED_BOOL, _bool),
+    "sglang_lock_timeout": Variable("an integer >= 0 (seconds; 0 fails at once)", _int_range(0)),
+    "sglang_lock_ttl": Variable("a positive integer (seconds)", _int_range(1)),
     "sglang_service_hardening": Variable('"default" or "strict" (verify "strict" on one canary GPU host first)',
                                          _choice("default", "strict")),
     "sglang_service_extra_directives": Variable(
