@@ -520,3 +520,34 @@ def test_ids_the_release_never_captures_are_refused_on_the_fast_path(host, versi
     assert "sglang_eagle3_layer_ids has [60]" in res["msg"], res["msg"]
     assert "sglang %s (forward family %s)" % (version, family) in res["msg"], res["msg"]
     assert "then 0..59" in res["msg"], res["msg"]
+
+
+def test_a_compliant_host_says_when_another_run_holds_its_lease(host):
+    # A compliant host ends at the probe and never reaches tasks/lease.yml: audits and
+    # reruns must still hear that another run is working on it, without taking or waiting.
+    h = host("0.5.9")
+    lease = h.tmp / "state" / "lease.json"
+    holder = {"run_id": "20261201T120000Z-4242", "controller": "ops-1", "user": "alice", "pid": 4242,
+              "started": time.time() - 60, "taken_at": time.time() - 30}
+    lease.write_text(json.dumps(holder))
+    before = lease.read_bytes()
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["compliant"] is True
+    assert res["lease_holder"]["run_id"] == holder["run_id"]
+    warning = json.dumps(res.get("warnings", []))  # str or dict items, by ansible-core version
+    assert "another run holds this host's lease" in warning
+    assert "run 20261201T120000Z-4242 by alice@ops-1" in warning
+    assert lease.read_bytes() == before
+    lease.unlink()
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["lease_holder"] is None and not res.get("warnings")
+
+
+def test_a_host_that_needs_work_leaves_the_lease_to_the_lease_task(host):
+    h = host("0.5.9", patch=False)
+    lease = h.tmp / "lease.json"
+    lease.write_text(json.dumps({"run_id": "r1", "controller": "c", "user": "u", "pid": 1,
+                                 "started": time.time(), "taken_at": time.time()}))
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["compliant"] is False
+    assert res["lease_holder"] is None and not res.get("warnings")

@@ -138,6 +138,13 @@ options:
         O(memo_file) (O(memo_write), compliant host only).
       - Without it the table is read in full on every probe.
     type: path
+  lease_file:
+    description:
+      - The host's lease file (M(fleetops.sglang.sglang_lease)). A compliant host ends at this probe
+        and never reaches the lease task, so the probe reads it instead and warns when another run
+        holds it (an audit or check run says so; nothing is taken, nothing waits).
+      - Not read for a host that needs work: the lease task after the probe takes or inspects it.
+    type: path
   memo_write:
     description:
       - Store a freshly computed audit in O(memo_file) when the host is compliant (the run ends
@@ -217,6 +224,14 @@ seealso:
 """
 
 RETURN = r"""
+lease_holder:
+  description:
+    - The run that holds the host's lease (run id, controller, user, pid, start and take times), read
+      from O(lease_file) on a compliant host; V(null) when none holds it or the host needs work.
+  type: dict
+  returned: always
+  sample: {"run_id": "20261201T120000Z-4242", "controller": "ops-1", "user": "alice", "pid": 4242,
+           "started": 1796126400.0, "taken_at": 1796126410.0}
 compliant:
   description: Nothing to do on this host (RV(reasons) is empty).
   type: bool
@@ -520,6 +535,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
@@ -741,6 +757,7 @@ def main():
             service_manage=dict(type="bool", default=True),
             memo_file=dict(type="path"),
             memo_write=dict(type="bool", default=False),
+            lease_file=dict(type="path"),
             extra_args=dict(type="list", elements="raw", default=[]),
             flags_memo_file=dict(type="path"),
             live=dict(type="dict", options=dict(
@@ -773,6 +790,13 @@ def main():
     if result.get("errors"):
         module.fail_json(msg="; ".join(result["errors"]), errors=result["errors"])
     result.pop("errors", None)
+    result["lease_holder"] = None
+    if module.params["lease_file"] and result["compliant"]:
+        holder, _problem = LeaseFile(module.params["lease_file"]).read()
+        if holder is not None:
+            result["lease_holder"] = holder
+            module.warn("another run holds this host's lease: %s. This run found the host compliant and "
+                        "leaves it alone (it neither takes nor waits for the lease)." % describe(holder, time.time()))
     errors = result["server_flags"]["errors"]
     if errors:
         module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"
