@@ -143,7 +143,7 @@ options:
       - The host's lease file (M(fleetops.sglang.sglang_lease)). A compliant host ends at this probe
         and never reaches the lease task, so the probe reads it instead and warns when another run
         holds it (an audit or check run says so; nothing is taken, nothing waits).
-      - Not read for a host that needs work: the lease task after the probe takes or inspects it.
+      - Not read for a host that needs work, whose lease the lease task after the probe takes or inspects.
     type: path
   memo_write:
     description:
