@@ -14,10 +14,14 @@ reinstalling anything.  What is already healthy is never rebuilt or restarted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import os
+import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -61,6 +65,13 @@ DOCKERD_LOG = Path("/var/log/sglang-testbed-dockerd.log")
 PROMTOOL_PACKAGE = "prometheus"
 PROMTOOL_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "tools" / "promtool"
 ENGINE_WAIT_SECONDS = 60
+# The SSH fleet (`fleet-up --connection ssh`): what production looks like, an
+# unprivileged operator who logs in with a key and becomes root with sudo. The key
+# pair and the become password are generated once and kept under .cache/ (never
+# committed); per fleet, its known_hosts and ssh's control sockets.
+SSH_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "testbed" / "ssh"
+SSH_USER = "ops"
+SSH_WAIT_SECONDS = 60
 
 # The systemd-in-a-container flags measured on these machines: no --privileged
 # (the bounding set lacks CAP_SYS_RESOURCE), only what systemd needs as PID 1.
@@ -84,9 +95,13 @@ def log(msg: str) -> None:
 
 
 def run(cmd: Sequence[str], check: bool = True, capture: bool = True,
-        timeout: float | None = None, stdin=None, cwd: str | None = None) -> subprocess.CompletedProcess:
+        timeout: float | None = None, stdin=None, cwd: str | None = None,
+        stdin_text: str | None = None) -> subprocess.CompletedProcess:
     """Run a command; on failure say which one and what it printed, then stop."""
+    if stdin_text is not None:
+        stdin = None
     res = subprocess.run(list(cmd), check=False, text=True, timeout=timeout, stdin=stdin, cwd=cwd,
+                         input=stdin_text,
                          stdout=subprocess.PIPE if capture else None,
                          stderr=subprocess.PIPE if capture else None)
     if check and res.returncode != 0:
@@ -370,22 +385,215 @@ def render_inventory(names: Sequence[str], group: str, extra_vars: dict[str, str
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------- ssh fleet
+
+
+@dataclasses.dataclass
+class SshHost:
+    """One container of an SSH fleet as the inventory names it."""
+
+    name: str
+    port: int
+    password_sudo: bool
+
+
+def password_sudo_hosts(names: Sequence[str]) -> set[str]:
+    """The hosts whose sudo asks for a password: the last one (at least one, never all but one of one)."""
+    return {names[-1]} if names else set()
+
+
+@contextlib.contextmanager
+def cache_lock(cache: Path):
+    """Scenarios set up side by side (bookworm and trixie) share the key: generate it once."""
+    cache.mkdir(parents=True, exist_ok=True)
+    os.chmod(cache, 0o700)
+    with open(cache / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def ensure_operator_key(cache: Path = SSH_CACHE, runner: Runner = run) -> Path:
+    """The operator's ed25519 key pair, generated once; returns the private key."""
+    key = cache / "ops_ed25519"
+    with cache_lock(cache):
+        if not key.exists():
+            runner(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-testbed-ops", "-f", str(key)])
+    return key
+
+
+def ensure_become_password(cache: Path = SSH_CACHE) -> Path:
+    """The sudo password of the password-sudo host(s), in a 0600 file nobody commits."""
+    path = cache / "become-password"
+    with cache_lock(cache):
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(18) + "\n")
+    return path
+
+
+def operator_script(pubkey: str, password_sudo: bool) -> str:
+    """Shell run as root in a container: fresh host keys, the ops account, its key and sudo.
+
+    Host keys are baked into the image, so every container would share them:
+    each one gets its own. Rerunning it leaves the same result.
+    """
+    sudo_rule = "%s ALL=(ALL:ALL) ALL" % SSH_USER if password_sudo else "%s ALL=(ALL:ALL) NOPASSWD: ALL" % SSH_USER
+    return "\n".join([
+        "set -eu",
+        "if [ ! -e /etc/ssh/.testbed-host-keys ]; then rm -f /etc/ssh/ssh_host_*; ssh-keygen -A >/dev/null;"
+        " touch /etc/ssh/.testbed-host-keys; fi",
+        "id -u %s >/dev/null 2>&1 || useradd --create-home --shell /bin/bash %s" % (SSH_USER, SSH_USER),
+        "install -d -m 0700 -o %s -g %s /home/%s/.ssh" % (SSH_USER, SSH_USER, SSH_USER),
+        "printf '%%s\\n' %s > /home/%s/.ssh/authorized_keys" % (shell_quote(pubkey), SSH_USER),
+        "chown %s:%s /home/%s/.ssh/authorized_keys; chmod 0600 /home/%s/.ssh/authorized_keys"
+        % (SSH_USER, SSH_USER, SSH_USER, SSH_USER),
+        "printf '%%s\\n' %s > /etc/sudoers.d/90-testbed-ops.tmp" % shell_quote(sudo_rule),
+        "chmod 0440 /etc/sudoers.d/90-testbed-ops.tmp",
+        "visudo -cqf /etc/sudoers.d/90-testbed-ops.tmp",
+        "mv /etc/sudoers.d/90-testbed-ops.tmp /etc/sudoers.d/90-testbed-ops",
+        # Keys only, as production sshd is configured.
+        "printf 'PasswordAuthentication no\\nKbdInteractiveAuthentication no\\nPermitRootLogin no\\n'"
+        " > /etc/ssh/sshd_config.d/90-testbed.conf",
+        "systemctl enable --quiet ssh.service",
+        "systemctl restart ssh.service",
+    ]) + "\n"
+
+
+def shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def published_ssh_port(name: str, runner: Runner = run) -> int:
+    """The 127.0.0.1 port docker published for the container's sshd (never its bridge address)."""
+    res = runner(["docker", "port", name, "22/tcp"])
+    for line in res.stdout.splitlines():
+        addr, _, port = line.strip().rpartition(":")
+        if addr == "127.0.0.1" and port.isdigit():
+            return int(port)
+    raise SystemExit(f"testbed: {name} publishes no 127.0.0.1 port for sshd (docker port said {res.stdout!r});"
+                     " start it with -p 127.0.0.1::22")
+
+
+def publishes_ssh(name: str, runner: Runner = run) -> bool:
+    """Whether the container was started with sshd published (running or not)."""
+    res = runner(["docker", "inspect", "--format", "{{json .HostConfig.PortBindings}}", name], check=False)
+    return res.returncode == 0 and '"22/tcp"' in res.stdout
+
+
+def wait_ssh(port: int, timeout: float = SSH_WAIT_SECONDS) -> None:
+    """Wait until sshd on 127.0.0.1:port sends its banner."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=3) as sock:
+                if sock.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.5)
+    raise SystemExit(f"testbed: sshd on 127.0.0.1:{port} did not answer within {timeout:.0f}s {last}")
+
+
+def host_key_line(name: str, port: int, runner: Runner = run) -> str:
+    """known_hosts line for the container's (regenerated) ed25519 host key."""
+    key = runner(["docker", "exec", name, "cat", "/etc/ssh/ssh_host_ed25519_key.pub"]).stdout.split()
+    return f"[127.0.0.1]:{port} {key[0]} {key[1]}"
+
+
+def setup_ssh_hosts(names: Sequence[str], fleet_dir: Path, cache: Path = SSH_CACHE,
+                    runner: Runner = run) -> list[SshHost]:
+    """Configure running containers for the SSH fleet and write its known_hosts."""
+    key = ensure_operator_key(cache, runner)
+    pubkey = Path(str(key) + ".pub").read_text().strip()
+    password_file = ensure_become_password(cache)
+    password = password_file.read_text().strip()
+    with_password = password_sudo_hosts(names)
+    hosts: list[SshHost] = []
+    for name in names:
+        sudo_pw = name in with_password
+        runner(["docker", "exec", "-i", name, "sh", "-s"], stdin_text=operator_script(pubkey, sudo_pw))
+        # Over stdin, so that the password shows in no process list or docker log.
+        runner(["docker", "exec", "-i", name, "chpasswd"],
+               stdin_text=f"{SSH_USER}:{password if sudo_pw else secrets.token_urlsafe(18)}\n")
+        hosts.append(SshHost(name, published_ssh_port(name, runner), sudo_pw))
+    for host in hosts:
+        wait_ssh(host.port)
+    fleet_dir.mkdir(parents=True, exist_ok=True)
+    (fleet_dir / "cp").mkdir(exist_ok=True)
+    (fleet_dir / "known_hosts").write_text("".join(host_key_line(h.name, h.port, runner) + "\n" for h in hosts))
+    return hosts
+
+
+def render_ssh_inventory(hosts: Sequence[SshHost], group: str, key: Path, password_file: Path,
+                         fleet_dir: Path) -> str:
+    """Ansible inventory (YAML) for the fleet as production reaches it: ssh as ops, sudo to root."""
+    lines = ["---", "# Generated by testbed.py (--connection ssh); do not edit.", "all:", "  children:",
+             f"    {group}:", "      hosts:"]
+    for host in hosts:
+        lines.append(f"        {host.name}:")
+        lines.append(f"          ansible_port: {host.port}")
+        if host.password_sudo:
+            # As an operator would: read from a file that is not committed, never written here.
+            lines.append("          ansible_become_password: "
+                         f"\"{{{{ lookup('ansible.builtin.file', '{password_file}') }}}}\"")
+    lines += [
+        "      vars:",
+        "        ansible_connection: ansible.builtin.ssh",
+        # sshd is published on the loopback only; the bridge addresses are never used.
+        "        ansible_host: 127.0.0.1",
+        f"        ansible_user: {SSH_USER}",
+        f"        ansible_ssh_private_key_file: {key}",
+        "        ansible_become: true",
+        "        ansible_become_method: ansible.builtin.sudo",
+        "        ansible_python_interpreter: /usr/bin/python3",
+        # The fleet's own host keys, checked; its own control sockets, gone with the fleet.
+        "        ansible_host_key_checking: true",
+        f"        ansible_ssh_common_args: -o UserKnownHostsFile={fleet_dir / 'known_hosts'}",
+        f"        ansible_control_path_dir: {fleet_dir / 'cp'}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_ssh_inventory(names: Sequence[str], group: str, inventory: Path, fleet_dir: Path,
+                        cache: Path = SSH_CACHE, runner: Runner = run) -> list[SshHost]:
+    hosts = setup_ssh_hosts(names, fleet_dir, cache, runner)
+    inventory.parent.mkdir(parents=True, exist_ok=True)
+    inventory.write_text(render_ssh_inventory(hosts, group, ensure_operator_key(cache, runner),
+                                              ensure_become_password(cache), fleet_dir))
+    log(f"ssh inventory written to {inventory} ({len(hosts)} hosts, password sudo on "
+        f"{', '.join(h.name for h in hosts if h.password_sudo) or 'none'})")
+    return hosts
+
+
 def fleet_up(prefix: str, count: int, suite: str, inventory: Path | None, group: str,
-             runner: Runner = run) -> list[str]:
+             runner: Runner = run, connection: str = "docker") -> list[str]:
     names = fleet_names(prefix, count)
     existing = running_fleet(prefix, runner)
+    if connection == "ssh":
+        # A container of a docker-connection fleet publishes no sshd: replace it.
+        for name in [n for n in names if n in existing and not publishes_ssh(n, runner)]:
+            runner(["docker", "rm", "-f", name])
+            del existing[name]
     create, start, remove = plan_fleet(names, existing)
     for name in remove:
         runner(["docker", "rm", "-f", name])
     for name in create:
         log(f"starting container {name} ({image_tag(suite)})")
+        # sshd is published on 127.0.0.1 only, on a port docker picks.
+        publish = ["-p", "127.0.0.1::22"] if connection == "ssh" else []
         runner(["docker", "run", "-d", "--name", name, "--hostname", name,
-                "--label", f"{FLEET_LABEL}={prefix}", *SYSTEMD_RUN_FLAGS,
+                "--label", f"{FLEET_LABEL}={prefix}", *publish, *SYSTEMD_RUN_FLAGS,
                 image_tag(suite), "/lib/systemd/systemd"])
     for name in start:
         runner(["docker", "start", name])
     wait_booted(names, runner)
-    if inventory is not None:
+    if connection == "ssh":
+        if inventory is None:
+            raise SystemExit("testbed: --connection ssh needs --inventory")
+        write_ssh_inventory(names, group, inventory, SSH_CACHE / prefix, runner=runner)
+    elif inventory is not None:
         inventory.parent.mkdir(parents=True, exist_ok=True)
         inventory.write_text(render_inventory(names, group, {}))
         log(f"inventory written to {inventory}")
@@ -413,6 +621,7 @@ def fleet_down(prefix: str, runner: Runner = run) -> list[str]:
     names = list(running_fleet(prefix, runner))
     if names:
         runner(["docker", "rm", "-f", *names])
+    shutil.rmtree(SSH_CACHE / prefix, ignore_errors=True)
     return names
 
 
@@ -435,6 +644,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_up.add_argument("--suite", default="bookworm", choices=SUITES)
     p_up.add_argument("--inventory", type=Path)
     p_up.add_argument("--group", default="sglang_demo")
+    p_up.add_argument("--connection", choices=("docker", "ssh"), default="docker",
+                      help="docker exec as root (default), or ssh as the operator 'ops' with sudo")
+    p_ssh = sub.add_parser("ssh-setup", help="configure running containers (sshd published on 127.0.0.1) for"
+                           " ssh as 'ops' with sudo, and write their inventory")
+    p_ssh.add_argument("names", nargs="+")
+    p_ssh.add_argument("--inventory", type=Path, required=True)
+    p_ssh.add_argument("--group", default="sglang")
+    p_ssh.add_argument("--fleet-dir", type=Path, required=True,
+                       help="where the fleet's known_hosts and ssh control sockets go")
     p_down = sub.add_parser("fleet-down", help="remove the fleet's containers")
     p_down.add_argument("--prefix", default="sglang-demo")
     args = parser.parse_args(argv)
@@ -450,7 +668,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(dataclasses.asdict(observe()))
     elif args.cmd == "fleet-up":
         ensure([args.suite], args.count)
-        fleet_up(args.prefix, args.count, args.suite, args.inventory, args.group)
+        fleet_up(args.prefix, args.count, args.suite, args.inventory, args.group, connection=args.connection)
+    elif args.cmd == "ssh-setup":
+        write_ssh_inventory(args.names, args.group, args.inventory, args.fleet_dir)
     elif args.cmd == "fleet-down":
         removed = fleet_down(args.prefix)
         log(f"removed {len(removed)} container(s)")

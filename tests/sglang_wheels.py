@@ -2,8 +2,8 @@
 
 Nothing of SGLang is committed: wheels are fetched with pip at test time into
 ``${SGLANG_WHEEL_CACHE:-~/.cache/sglang-remediation/wheels}`` and only the files the
-engine reads are extracted (deepseek_v2.py, the CUDA-graph companion files, and the
-dist-info RECORD and METADATA), so each fake venv looks like a real install to it.
+engine reads are extracted (deepseek_v2.py, the CUDA-graph companion files, the capture
+code the forward-capture check runs, and the dist-info RECORD and METADATA), so each fake venv looks like a real install to it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,10 @@ EXTRACT = (
     "sglang/srt/models/deepseek_v2.py",
     "sglang/srt/model_executor/cuda_graph_runner.py",
     "sglang/srt/model_executor/model_runner.py",
+    # What the forward-capture check executes besides (module_utils/sglang_forward.py).
+    "sglang/srt/layers/communicator.py",
+    "sglang/srt/layers/aux_hidden_states.py",
+    "sglang/srt/layers/layer_boundary/stage.py",
 )
 
 

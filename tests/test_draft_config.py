@@ -27,7 +27,6 @@ from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  #
 KEY = "eagle_aux_hidden_state_layer_ids"
 
 
-
 @pytest.fixture
 def draft(tmp_path):
     d = tmp_path / "deepseek-v3-eagle3"
@@ -127,6 +126,32 @@ def test_second_change_keeps_first_seen_original(tmp_path, draft):
     assert open(second["backup"]).read() == after_first
     assert open(second["backup_orig"]).read() == original_text
     assert config_of(draft)["eagle_config"][KEY] == [0, 3, 31]
+
+
+def test_restored_puts_back_the_file_the_last_change_replaced(tmp_path, draft):
+    """The rollback asks the module, which alone names its backups: a trailing slash changes nothing."""
+    original = (draft / "config.json").read_bytes()
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[0, 3, 31])
+    assert rc == 0 and res["changed"], res
+    written = sha(draft / "config.json")
+    rc, res = run(tmp_path, check_mode=True, path=str(draft) + "/", state="restored")
+    assert rc == 0 and res["changed"] and res["restored"] and sha(draft / "config.json") == written, res
+    rc, res = run(tmp_path, path=str(draft) + "/", state="restored")
+    assert rc == 0 and res["changed"] and res["restored"], res
+    assert (draft / "config.json").read_bytes() == original
+    assert res["sha256_before"] == written and res["sha256_after"] == hashlib.sha256(original).hexdigest()
+    assert stat.S_IMODE(os.stat(str(draft / "config.json")).st_mode) == 0o640
+    rc, res = run(tmp_path, path=str(draft), state="restored")
+    assert rc == 0 and not res["changed"] and not res["restored"], res
+
+
+def test_restored_without_a_backup_changes_nothing(tmp_path, draft):
+    before = sha(draft / "config.json")
+    rc, res = run(tmp_path, path=str(draft), state="restored")
+    assert rc == 0 and not res["changed"] and res["backup"] is None and "nothing to restore" in res["msg"], res
+    assert sha(draft / "config.json") == before
+    rc, res = run(tmp_path, path=str(draft))
+    assert rc != 0 and "layer_ids" in res["msg"], res
 
 
 def test_check_mode_writes_nothing_and_shows_diff(tmp_path, draft):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -160,3 +161,49 @@ def test_a_rolled_back_host_says_what_was_restored_not_patched():
     assert action == "rolled back: /etc/systemd/system/sglang.service restored to sha256 " + "c" * 64
     assert report.action_of(dict(row, rollback=[]), False) == "rolled back: nothing this run had changed"
     assert report.action_of(dict(row, rolled_back=False), False) == "patched"
+
+
+def test_an_unreachable_host_is_its_own_status_and_needs_attention(callback, tmp_path):
+    inv = Inventory(["h1", "h2", "h3"])
+    inv.batch = ["h1", "h2"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    callback.v2_runner_on_unreachable(result(
+        "h2", {"unreachable": True, "msg": "Failed to connect to the host via ssh: ssh: connect to host 127.0.0.1"
+                                           " port 32801: Connection refused"}, "Probe whether the host already runs"))
+    callback.v2_playbook_on_stats(Stats({"h1": 5}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert rows["h2"]["status"] == "unreachable" and "Connection refused" in rows["h2"]["error"]
+    assert rows["h2"]["failed_task"] == "Probe whether the host already runs"
+    assert rows["h3"]["status"] == "not reached" and doc["run"]["result"] == "aborted"
+    assert doc["counts"]["status"] == {"unreachable": 1, "not reached": 1, "changed": 1}
+    attention = md.split("## Needs attention", 1)[1].split("## Hosts", 1)[0]
+    assert "- **h2** (unreachable, batch 1): unreachable: Failed to connect to the host via ssh" in attention
+
+
+def test_a_stopped_container_reads_unreachable_not_a_module_failure(callback, tmp_path):
+    """The docker connection fails the task; the row says the container is not running."""
+    inv = Inventory(["h1", "h2"])
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    callback.v2_runner_on_failed(result("h2", {
+        "changed": False, "rc": 1, "module_stdout": "",
+        "module_stderr": "Error response from daemon: Container f32c4fb6b5d5 is not running\n",
+        "msg": "Module result deserialization failed: No start of json char found"}, "Restart sglang"))
+    callback.v2_playbook_on_stats(Stats({"h1": 5}))
+    doc, md = read(tmp_path)
+    row = {r["host"]: r for r in doc["hosts"]}["h2"]
+    assert row["status"] == "unreachable" and doc["run"]["result"] == "failed"
+    assert row["error"] == ("unreachable: the container is not running (docker: Error response from daemon:"
+                            " Container f32c4fb6b5d5 is not running)")
+    assert "deserialization" not in md and "**h2** (unreachable" in md
+
+
+def test_a_module_failure_with_a_running_container_stays_failed():
+    assert report.unreachable_reason({"module_stderr": "Traceback ...", "msg": "MODULE FAILURE"}) is None
+
+
+def test_the_run_id_for_the_lease_is_the_report_directory(callback):
+    owner, _, name = os.environ[report.RUN_ID_ENV].partition(":")
+    assert owner == str(os.getpid()) and name == os.path.basename(callback.run_dir)

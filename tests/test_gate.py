@@ -50,6 +50,12 @@ def test_waits_for_health_then_reads_view_and_accept_length(tmp_path, run_double
     assert [a["meta_info"]["completion_tokens"] for a in res["live"]] == [32, 32]
     accept = res["info_after"]["internal_states"][0]["avg_spec_accept_length"]
     assert 3.2 <= accept <= 3.7, accept
+    # The two numbers the role records come from the module, not from Jinja arithmetic.
+    assert res["accept_length"] == res["reading"]["accept_length"] and res["accept_length"] > 0
+    assert res["accept_length_source"] == res["reading"]["accept_length_source"]
+    metas = [a["meta_info"] for a in res["live"]]
+    want = round(sum(m["completion_tokens"] for m in metas) / sum(m["e2e_latency"] for m in metas), 1)
+    assert res["tokens_per_s"] == want and want > 0
 
 
 def test_not_ready_is_reported_not_failed(tmp_path, run_double, real_059):

@@ -89,9 +89,9 @@ class Host:
             "environment": str(self.env),
             "command": "value:/opt/sglang/venv/bin/python -m sglang.launch_server",
         }
-        # What the role records after the gates, with the sglang component rendered from
-        # the *present* result; the probe recomputes it from its audit.
-        recorded = dict(self.components, sglang="value:" + E.fingerprint_value(fix))
+        # What the role records after the gates, with the sglang component the *present*
+        # result carries; the probe takes it from its audit.
+        recorded = dict(self.components, sglang="value:" + fix["fingerprint"])
         rc, res = run_module(FINGERPRINT, tmp, dict(components=recorded, state_file=str(self.state_file),
                                                      service="sglang", state="record"))
         assert rc == 0 and res["changed"], res
@@ -242,10 +242,8 @@ def test_fingerprint_follows_the_sglang_component(host):
     h = host("0.5.9")
     comps = dict(h.components, sglang="value:something else")
     assert h.probe(fingerprint_components=comps)["reasons"] == ["fingerprint differs (sglang): restart needed"]
-    comps = dict(h.components, sglang="value:" + E.fingerprint_value(h.fix))
+    comps = dict(h.components, sglang="value:" + h.fix["fingerprint"])
     assert h.probe(fingerprint_components=comps)["compliant"] is True
-    res = h.probe(fingerprint_style="canonical")
-    assert res["reasons"] == ["fingerprint differs (sglang): restart needed"]
 
 
 def test_service_inactive(host):
@@ -263,17 +261,11 @@ def test_bad_layer_ids_fail(host):
     assert rc != 0 and res["failed"] and "ascending" in res["msg"]
 
 
-def test_fingerprint_value_styles(engine):
+def test_the_fingerprint_value_is_the_engines_and_prints_the_companion_as_python(engine):
     res = {"release": "0.5.9", "sha256_after": "ab" * 32,
            "companion": {"needed": True, "template": "companion_cg_attr", "files": ["x.py"]}}
     assert engine.fingerprint_value(res) == (
         "0.5.9 %s {'needed': True, 'template': 'companion_cg_attr', 'files': ['x.py']}" % ("ab" * 32))
-    assert engine.fingerprint_value(res, "canonical") == "release=0.5.9 deepseek_v2.py=%s companion=companion_cg_attr" % (
-        "ab" * 32)
-    res["companion"] = {"needed": False, "files": []}
-    assert engine.fingerprint_value(res, "canonical").endswith(" companion=none")
-    with pytest.raises(ValueError):
-        engine.fingerprint_value(res, "other")
 
 
 def test_one_call_cost(host):
@@ -364,11 +356,25 @@ PLAYBOOK = """
         state_file: "{{{{ _sglang_fingerprint_file }}}}"
         service: sglang
         state: record
+      register: recorded
+
+    # vars/main.yml's expression before the engine returned the value: a host
+    # recorded by an older collection must hash the same, or the upgrade restarts it.
+    - name: Compare with the sglang component as collections up to 1.0 rendered it
+      fleetops.sglang.sglang_fingerprint:
+        components: "{{{{ _sglang_fp_components | combine({{'sglang': _sglang_old_sglang}}) }}}}"
+        state_file: "{{{{ _sglang_fingerprint_file }}}}"
+        service: sglang
+      vars:
+        _sglang_old_sglang: >-
+          value:{{{{ _sglang_fix.release | default('') }}}} {{{{ _sglang_fix.sha256_after | default('') }}}}
+          {{{{ _sglang_fix.companion | default('') }}}}
+      register: old
 
     - name: Probe, computing the sglang component itself
       fleetops.sglang.sglang_probe:
         venv: {venv}
-        expected_version: "0.5.9"
+        expected_version: "{version}"
         layer_ids: [-1, 2, 30]
         patches: "{{{{ patches }}}}"
         backup_dir: {backup}
@@ -379,24 +385,29 @@ PLAYBOOK = """
         service: sglang
       register: probe
 
-    - name: The role's rendering and the probe's agree
+    - name: The role's value, the old rendering and the probe's agree
       ansible.builtin.assert:
         that:
           - probe.compliant
           - probe.fingerprint.current == probe.fingerprint.recorded
+          - old.current == recorded.current
+          - old.reasons == []
         fail_msg: "{{{{ probe.reasons }}}}"
 """
 
 
 @pytest.mark.skipif(not ANSIBLE_PLAYBOOK.exists(), reason="no ansible-playbook in .venv")
-def test_role_rendered_sglang_component_matches_the_probe(make_venv, patches, tmp_path):
-    """vars/main.yml's _sglang_fp_components.sglang, rendered by Ansible, hashes like the probe's."""
-    venv = make_venv("0.5.9")
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.12.post1", "0.5.14"])
+def test_role_sglang_component_matches_the_probe_and_the_old_rendering(make_venv, patches, tmp_path, version):
+    """vars/main.yml's _sglang_fp_components.sglang hashes like the probe's and like the Jinja
+    expression it replaced (companion patch, no companion, native): upgrading restarts no host."""
+    venv = make_venv(version)
     draft = tmp_path / "draft"
     draft.mkdir()
     shutil.copy(str(DRAFT_FIXTURE), str(draft / "config.json"))
     config = json.loads((draft / "config.json").read_text())
-    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = USER_IDS
+    draft_ids = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches, state="audit"))["draft_layer_ids"]
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = draft_ids
     (draft / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (tmp_path / "unit").write_text("[Service]\n")
     (tmp_path / "env").write_text("A=1\n")
@@ -405,7 +416,7 @@ def test_role_rendered_sglang_component_matches_the_probe(make_venv, patches, tm
     (work / "patches.json").write_text(json.dumps({"patches": patches}))
     (work / "play.yml").write_text(PLAYBOOK.format(
         vars_file=ROLE / "vars" / "main.yml", draft_dir=draft, state_dir=tmp_path / "state",
-        unit=tmp_path / "unit", env=tmp_path / "env", venv=venv, backup=tmp_path / "backup"))
+        unit=tmp_path / "unit", env=tmp_path / "env", venv=venv, backup=tmp_path / "backup", version=version))
     env = ansible_env(tmp_path)
     env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.builtin.default"
     proc = subprocess.run(
@@ -509,3 +520,34 @@ def test_ids_the_release_never_captures_are_refused_on_the_fast_path(host, versi
     assert "sglang_eagle3_layer_ids has [60]" in res["msg"], res["msg"]
     assert "sglang %s (forward family %s)" % (version, family) in res["msg"], res["msg"]
     assert "then 0..59" in res["msg"], res["msg"]
+
+
+def test_a_compliant_host_says_when_another_run_holds_its_lease(host):
+    # A compliant host ends at the probe and never reaches tasks/lease.yml: audits and
+    # reruns must still hear that another run is working on it, without taking or waiting.
+    h = host("0.5.9")
+    lease = h.tmp / "state" / "lease.json"
+    holder = {"run_id": "20261201T120000Z-4242", "controller": "ops-1", "user": "alice", "pid": 4242,
+              "started": time.time() - 60, "taken_at": time.time() - 30}
+    lease.write_text(json.dumps(holder))
+    before = lease.read_bytes()
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["compliant"] is True
+    assert res["lease_holder"]["run_id"] == holder["run_id"]
+    warning = json.dumps(res.get("warnings", []))  # str or dict items, by ansible-core version
+    assert "another run holds this host's lease" in warning
+    assert "run 20261201T120000Z-4242 by alice@ops-1" in warning
+    assert lease.read_bytes() == before
+    lease.unlink()
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["lease_holder"] is None and not res.get("warnings")
+
+
+def test_a_host_that_needs_work_leaves_the_lease_to_the_lease_task(host):
+    h = host("0.5.9", patch=False)
+    lease = h.tmp / "lease.json"
+    lease.write_text(json.dumps({"run_id": "r1", "controller": "c", "user": "u", "pid": 1,
+                                 "started": time.time(), "taken_at": time.time()}))
+    res = h.probe(check_mode=True, lease_file=str(lease))
+    assert res["compliant"] is False
+    assert res["lease_holder"] is None and not res.get("warnings")

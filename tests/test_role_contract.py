@@ -55,3 +55,34 @@ def test_readme_variable_table_is_the_generated_one():
     table = subprocess.run([str(ROOT / "scripts" / "variable-table")], capture_output=True, text=True,
                            check=True).stdout
     assert table.strip() in (ROOT / "README.md").read_text(), "README table is stale: run scripts/variable-table"
+
+
+def _entry_points() -> dict:
+    return yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+
+
+def _used_variables(*task_files: str) -> set:
+    names = set()
+    for name in task_files:
+        names |= set(re.findall(r"\b(sglang_[a-z0-9_]+)\b", (ROLE / "tasks" / name).read_text()))
+    return names & set(_options())
+
+
+def test_the_rollback_entry_point_has_its_own_spec_with_the_main_ones():
+    """playbooks/rollback.yml runs tasks_from: restore; its variables are typed there too, as in main."""
+    restore = _entry_points()["restore"]["options"]
+    for name, opt in restore.items():
+        assert opt == _options()[name], name
+    # Every user variable the rollback path reads (the restart transaction and the gates included),
+    # except the gate thresholds a rollback is not held to and the remediation-only switches.
+    not_on_rollback = {"sglang_accept_length_min", "sglang_rollback_on_failure", "sglang_restart_on_change",
+                       "sglang_speculative_algorithm", "sglang_audit"}
+    used = _used_variables("restore.yml", "restart.yml", "gates.yml") - not_on_rollback
+    assert used <= set(restore), sorted(used - set(restore))
+
+
+def test_the_deferred_gate_failure_is_a_documented_variable():
+    assert "sglang_defer_gate_failure" in _options()
+    for playbook in ("remediate.yml", "rollback.yml"):
+        text = (ROOT / "playbooks" / playbook).read_text()
+        assert "sglang_defer_gate_failure: true" in text and "_sglang_defer" not in text, playbook

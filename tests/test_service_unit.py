@@ -81,7 +81,8 @@ def test_every_error_is_reported_at_once():
 
 def test_the_filter_plugin_exposes_the_rules():
     filters = FilterModule().filters()
-    assert filters["service_extra_directive_errors"]({"Service": {"X-Y": 1}})
+    # The rules themselves reach the role through variable_errors (preflight).
+    assert "service_extra_directive_errors" not in filters
     assert filters["service_directive_lines"]({"Unit": {"Wants": "a"}}, "Unit") == ["Wants=a"]
 
 

@@ -108,3 +108,39 @@ def test_observe_reads_a_real_machine_without_changing_it():
     st = testbed.observe()
     assert set(st.image_recipes) == set(testbed.SUITES)
     assert isinstance(st.engine_answers, bool)
+
+
+def test_ssh_inventory_is_what_production_uses(tmp_path):
+    import yaml
+    hosts = [testbed.SshHost("f-1", 32801, False), testbed.SshHost("f-2", 32802, True)]
+    text = testbed.render_ssh_inventory(hosts, "sglang", tmp_path / "key", tmp_path / "pw", tmp_path / "fleet")
+    inv = yaml.safe_load(text)["all"]["children"]["sglang"]
+    v = inv["vars"]
+    assert v["ansible_connection"] == "ansible.builtin.ssh" and v["ansible_host"] == "127.0.0.1"
+    assert v["ansible_user"] == "ops" and v["ansible_become"] is True
+    assert v["ansible_ssh_private_key_file"] == str(tmp_path / "key")
+    assert inv["hosts"]["f-1"] == {"ansible_port": 32801}
+    # The password is read from the uncommitted file when Ansible needs it; never written here.
+    assert inv["hosts"]["f-2"]["ansible_become_password"] == "{{ lookup('ansible.builtin.file', '%s') }}" % (
+        tmp_path / "pw")
+
+
+def test_one_host_of_a_fleet_asks_for_a_sudo_password():
+    assert testbed.password_sudo_hosts(["a-1", "a-2", "a-3"]) == {"a-3"}
+    assert testbed.password_sudo_hosts([]) == set()
+
+
+def test_operator_script_gives_ops_its_key_and_the_right_sudo():
+    nopasswd = testbed.operator_script("ssh-ed25519 AAAA ops", password_sudo=False)
+    withpw = testbed.operator_script("ssh-ed25519 AAAA ops", password_sudo=True)
+    assert "ops ALL=(ALL:ALL) NOPASSWD: ALL" in nopasswd and "NOPASSWD" not in withpw
+    assert "visudo -cqf" in nopasswd and "ssh-keygen -A" in nopasswd
+    assert "'ssh-ed25519 AAAA ops'" in nopasswd and "PasswordAuthentication no" in nopasswd
+
+
+def test_only_the_loopback_port_is_used():
+    out = "0.0.0.0:1234\n127.0.0.1:32801\n"
+    runner = lambda cmd, **kw: testbed.subprocess.CompletedProcess(cmd, 0, out, "")  # noqa: E731
+    assert testbed.published_ssh_port("f-1", runner) == 32801
+    with pytest.raises(SystemExit, match="127.0.0.1::22"):
+        testbed.published_ssh_port("f-1", lambda cmd, **kw: testbed.subprocess.CompletedProcess(cmd, 0, "", ""))

@@ -12,7 +12,10 @@ what is really on the host: the installed ``deepseek_v2.py``, the installed
 ``cuda_graph_runner.py``, the draft's ``eagle_config`` and the flags.  That way
 a host that is wired like the incident reports ~1.6 tokens per step, and a
 correctly remediated host reports a high value, without the role's own
-verification code ever being consulted (nothing here imports from the role).
+verification code ever being consulted (nothing here imports from the role;
+the one exception is opt-in: SGLANG_TEST_DOUBLE_FORWARD_HARNESS names the
+forward-capture harness, which only EXECUTES the installed capture code on a
+python with torch; the verdict on what it captured stays here).
 
 The judgement is a small, explicit heuristic over source text plus one call of
 SGLang's own pure-Python bookkeeping method (see ``layer_bookkeeping``).  It is
@@ -31,6 +34,12 @@ surface stays SGLang's:
   SGLANG_TEST_DOUBLE_TRAINED_LAYERS  hidden states the draft was trained on
                                      (default "embed,2,30": embedding output,
                                      output of layer 2, output of layer 30)
+  SGLANG_TEST_DOUBLE_FORWARD_HARNESS  path of the project's forward-capture
+                                     harness (plugins/module_utils/
+                                     sglang_forward.py); where this python
+                                     imports torch, the captured states are
+                                     then EXECUTED with the installed code
+                                     instead of judged from the source text
   SGLANG_TEST_DOUBLE_DEGRADE_AFTER   degrade at run time: after this many
                                      /generate requests the accept length drops,
                                      as if the draft were swapped under the
@@ -76,6 +85,7 @@ ENV_START_LOG = "SGLANG_TEST_DOUBLE_START_LOG"
 ENV_TRAINED_LAYERS = "SGLANG_TEST_DOUBLE_TRAINED_LAYERS"
 ENV_DEGRADE_AFTER = "SGLANG_TEST_DOUBLE_DEGRADE_AFTER"
 ENV_DEGRADED_ACCEPT = "SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH"
+ENV_FORWARD_HARNESS = "SGLANG_TEST_DOUBLE_FORWARD_HARNESS"
 
 DEFAULT_STARTUP_DELAY = 2.0
 DEFAULT_TRAINED_LAYERS = "embed,2,30"
@@ -538,6 +548,62 @@ def captured_states(
     return _depth_order(labels), notes, fatal
 
 
+def _label(name: str) -> str:
+    """The harness's names ("embedding", "output of layer 2") as this file's labels."""
+    prefix = "output of layer "
+    if name == "embedding":
+        return EMBED
+    return "L" + name[len(prefix):] if name.startswith(prefix) else name
+
+
+def executed_wiring(
+    harness_path: Optional[str],
+    site_packages: str,
+    style: str,
+    layer_ids: Optional[List[Any]],
+    disable_cuda_graph: bool,
+) -> Optional[Tuple[Tuple[str, ...], Tuple[str, ...], Optional[str], List[str]]]:
+    """(prefill, decode, fatal, notes) from EXECUTING the installed capture code, or None.
+
+    None when this python has no torch or no harness was named: the text
+    heuristics then judge as before.  The harness runs the installed
+    release's own set_eagle3_layers_to_capture, DeepseekV2Model.forward and
+    (0.5.14+) decoder-layer capture on CPU tensors, in the state CUDA graphs
+    are captured in and in the eager state.  Only what it captured is used
+    here; whether that matches training is still this file's judgement.
+    """
+    if not harness_path or not os.path.isfile(harness_path):
+        return None
+    try:
+        import torch  # noqa: F401  (only to know whether the executed judgement is possible)
+    except ImportError:
+        return None
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sglang_forward_harness", harness_path)
+    if spec is None or spec.loader is None:
+        return None
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    texts = {rel: read_text(os.path.join(site_packages, rel)) for rel in harness.FORWARD_FILES}
+    route = "patch" if style == "loop" else "native"
+    with torch.inference_mode():
+        res = harness.run_capture_check(torch, texts, route, layer_ids, [])
+    notes = ["forward EXECUTED with torch %s (%s): %s" % (torch.__version__, harness_path, res["captured"])]
+    notes += ["executed: %s" % e for e in res.get("events", [])]
+    raised = res.get("raised", {})
+    fatal = None
+    for stage in ("plain", "eager", "graph"):
+        if stage in raised:
+            fatal = "%s (executed, %s)" % (raised[stage], stage)
+            break
+    prefill = tuple(_label(n) for n in res["captured"].get("eager", []))
+    graph = res["captured"].get("graph")
+    decode = prefill if (disable_cuda_graph or graph is None) else tuple(_label(n) for n in graph)
+    if decode != prefill:
+        notes.append("CUDA graphs captured with other ids than eager; decode sees %s" % (list(decode),))
+    return _depth_order(prefill) if prefill else (), _depth_order(decode) if decode else (), fatal, notes
+
+
 def judge_wiring(
     site_packages: Optional[str],
     version: str,
@@ -547,6 +613,7 @@ def judge_wiring(
     disable_cuda_graph: bool,
     pp_size: int,
     trained: FrozenSet[str],
+    harness_path: Optional[str] = None,
 ) -> Wiring:
     """Decide which hidden states the draft really receives on this host."""
     trained_t = _depth_order(trained)
@@ -566,6 +633,13 @@ def judge_wiring(
         return Wiring((), (), trained_t, notes=tuple(notes + ["use_aux_hidden_state is false"]))
     if style == "unknown":
         return Wiring((), (), trained_t, notes=tuple(notes + ["unrecognised forward capture; not guessing"]))
+    executed = executed_wiring(harness_path, site_packages, style, layer_ids, disable_cuda_graph) \
+        if pp_size == 1 and num_layers == FALLBACK_NUM_HIDDEN_LAYERS else None
+    if executed is not None:
+        prefill, decode, fatal, more = executed
+        if fatal is None and len(prefill) != len(trained_t):
+            fatal = "RuntimeError: draft fc expects %d hidden states, got %d" % (len(trained_t), len(prefill))
+        return Wiring(prefill, decode, trained_t, fatal, tuple(notes + more))
     prefill, more, fatal = captured_states(model_source, style, layer_ids, num_layers, pp_size)
     notes += more
     decode = prefill
@@ -851,7 +925,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     version = read_installed_version(site)
     LOG.info("installed sglang: %s at %s", version, site)
     wiring = judge_wiring(site, version, args.speculative_algorithm, args.speculative_draft_model_path,
-                          num_layers, args.disable_cuda_graph, args.pp_size, trained)
+                          num_layers, args.disable_cuda_graph, args.pp_size, trained,
+                          harness_path=environ.get(ENV_FORWARD_HARNESS))
     for note in wiring.notes:
         LOG.info("wiring: %s", note)
     accept: Optional[float] = None

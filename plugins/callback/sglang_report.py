@@ -24,6 +24,11 @@ description:
     without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
+  - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
+    docker connection, whose task fails with C(Module result deserialization failed)) gets the status
+    C(unreachable) with the connection's message, distinct from C(failed), and is listed under "Needs attention".
+  - Sets C(SGLANG_RUN_ID) in its own process to C(<pid>:<run directory name>), so that the per-host lease
+    (M(fleetops.sglang.sglang_lease)) names its holder by the run's report directory.
 author:
   - SGLang remediation maintainers (@fleetops)
 options:
@@ -107,11 +112,29 @@ def as_number(value: Any) -> Optional[float]:
         return None
 
 
+# The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
+RUN_ID_ENV = "SGLANG_RUN_ID"
+
+
+def unreachable_reason(result: Mapping) -> Optional[str]:
+    """The error of a task that failed because the host could not be reached, else None.
+
+    Over SSH Ansible itself reports such a host unreachable. The docker connection
+    does not: a stopped container fails the task with "Module result
+    deserialization failed" and the daemon's "is not running" on stderr. The
+    operator needs to read that the host is down, not that a module broke.
+    """
+    stderr = str(result.get("module_stderr") or "")
+    if "Error response from daemon" in stderr and ("is not running" in stderr or "No such container" in stderr):
+        return "unreachable: the container is not running (docker: %s)" % stderr.strip().splitlines()[0]
+    return None
+
+
 def new_row(host: str) -> Dict[str, Any]:
     return {
         "host": host, "status": "not reached", "batch": None, "release": "", "decision": "",
         "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
-        "sha256_after": "", "evidence": [], "companion": "", "draft_layer_ids": [],
+        "sha256_after": "", "evidence": [], "forward": "", "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
@@ -182,10 +205,11 @@ def render_markdown(doc: Dict[str, Any]) -> str:
                                    else "stopped before it finished")))
         lines.append("")
     lines += ["## Hosts", "",
-              "| host | batch | status | release | decision / action | evidence lines | deepseek_v2.py sha256 before -> after"
+              "| host | batch | status | release | decision / action | evidence lines | forward capture"
+              " | deepseek_v2.py sha256 before -> after"
               " | draft ids | steps/topk/draft | restart | health | accept len | tok/s | live accept len (source)"
               " | running steps/topk/draft | error |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def short(h: str) -> str:
         return h[:12] if h else "-"
@@ -224,7 +248,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         error = r.get("error") or "; ".join(d for d in r.get("drift") or [] if str(d).startswith("live:"))
         lines.append("| %s |" % " | ".join(cell(v) for v in (
             r["host"], r["batch"], status, r["release"], decision,
-            ", ".join(str(e) for e in r.get("evidence") or []),
+            ", ".join(str(e) for e in r.get("evidence") or []), r.get("forward"),
             "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
             r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),
             r.get("tokens_per_s"), live, running_text, error)))
@@ -313,7 +337,7 @@ class CallbackModule(CallbackBase):
         fact = plain(fact)
         row = self._row(host)
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
-                    "companion", "health", "mode"):
+                    "companion", "health", "mode", "forward"):
             if key in fact:
                 row[key] = fact[key] if fact[key] not in (None, "None") else ""
         for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings", "rollback"):
@@ -351,6 +375,9 @@ class CallbackModule(CallbackBase):
         name = os.path.splitext(self.playbook)[0]
         self.mode = name if name in ("audit", "rollback") else "remediate"
         self._setup_dirs()
+        # Paired with this process's pid: an ansible-playbook started by this one (the
+        # Molecule scenarios do) inherits the environment but is another run.
+        os.environ[RUN_ID_ENV] = "%d:%s" % (os.getpid(), os.path.basename(self.run_dir))
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
@@ -397,6 +424,13 @@ class CallbackModule(CallbackBase):
             return
         row = self._row(result.host.get_name())
         res = result.result
+        down = unreachable_reason(res)
+        if down:
+            row["status"] = "unreachable"
+            row["error"] = down
+            row["failed_task"] = result.task.get_name()
+            self._write()
+            return
         msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
         # A failure inside the restart block is rescued and replaced by the role's own
         # message; keep the first cause unless the role has filled the error itself.

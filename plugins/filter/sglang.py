@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
 
@@ -23,6 +24,11 @@ def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> li
     """Every reason the role's variables cannot work, each naming the variable, its
     value and what is accepted; the one preflight task refuses the run on any."""
     return _inputs.variable_errors(dict(values or {}), live_prompts=int(live_prompts))
+
+
+def noncompliant_hosts(hosts: Any, rows: Any) -> list[str]:
+    """One line per host of ``hosts`` whose report row (same order in ``rows``) is not compliant."""
+    return _rows.noncompliant(_rows.by_host(list(hosts or []), list(rows or [])))
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
@@ -69,11 +75,6 @@ def flag_lines(args: list[str]) -> list[list[str]]:
     return lines
 
 
-def extra_directive_errors(value: Any, var: str = "sglang_service_extra_directives") -> list[str]:
-    """Extra unit directives that would not read back as the user wrote them."""
-    return _service.validate_extra_directives(value, var=var)
-
-
 def directive_lines(value: Any, section: str) -> list[str]:
     """``Key=value`` lines of sglang_service_extra_directives for one unit section."""
     return _service.directive_lines(value, section)
@@ -89,10 +90,10 @@ class FilterModule:
         return {
             "variable_errors": variable_errors,
             "layer_id_errors": layer_id_errors,
+            "noncompliant_hosts": noncompliant_hosts,
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,
-            "service_extra_directive_errors": extra_directive_errors,
             "service_directive_lines": directive_lines,
             "service_paths": service_paths,
             "managed_flags": managed_flags,

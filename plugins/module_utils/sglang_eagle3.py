@@ -10,7 +10,8 @@ its own file:
 * ``sglang_distribution``: where SGLang is installed, RECORD and METADATA;
 * ``sglang_hunks``: parse, apply and reverse the patch hunks, classify a file;
 * ``sglang_shapes``: the release family read from the code, the decision table;
-* ``sglang_verify``: grep evidence, compilation, the semantic check;
+* ``sglang_verify``: grep evidence, compilation, the semantic check and the
+  forward-capture check (``sglang_forward``: the release's capture code, executed);
 * ``sglang_fileio``: atomic writes;
 * ``sglang_memo``: the audit memo over all of the above.
 
@@ -45,7 +46,12 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes impo
     runner_stores_ids,
     validate_layer_ids,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_verify import RunCommand, semantic_check_native, verify_texts
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_verify import (
+    RunCommand,
+    forward_capture_check,
+    semantic_check_native,
+    verify_texts,
+)
 
 
 @dataclass
@@ -83,7 +89,10 @@ def run(req: Request) -> Dict[str, Any]:
         "file_state_before": None, "sha256_before": None, "sha256_after": None,
         "record_sha256": None, "companion": {"needed": False, "files": []},
         "draft_layer_ids": None, "evidence": [], "checks": {"compiled": None, "semantic": None},
-        "compliant": False, "msg": "", "diff": [], "failed": False,
+        "compliant": False, "findings": [], "msg": "", "diff": [], "failed": False,
+        # Filled by _forward on state=present; audit and absent never execute SGLang's code.
+        "forward": {"executed": False, "ok": None, "reason": "state=%s" % req.state,
+                    "summary": "forward: not executed (state=%s)" % req.state},
     }
     try:
         ids = validate_layer_ids(req.layer_ids)
@@ -102,6 +111,7 @@ def run(req: Request) -> Dict[str, Any]:
     if result["failed"]:
         result["changed"] = False
         result["diff"] = []
+    result["fingerprint"] = fingerprint_value(result)
     return result
 
 
@@ -138,6 +148,10 @@ def _run(req: Request, ids: List[int], inst: Installation, result: Dict[str, Any
         _refuse(main.path, dec.reason)
     if dec.decision == "native":
         _native(main, ids, result)
+        if req.state == "present":
+            errors = _forward(req, inst, "native", ids, result["draft_layer_ids"], {}, result)
+            if errors:
+                raise EngineError("verification failed: " + "; ".join(errors))
         return
     plan: List[Tuple[FileProbe, List[Hunk]]] = [(main, _hunks(req.patches, dec.family))]
     if dec.companion:
@@ -168,6 +182,14 @@ def _native(main: FileProbe, ids: List[int], result: Dict[str, Any]) -> None:
     result["compliant"] = main.state == "pristine"
     result["msg"] = ("native embedding capture: the draft config must list eagle_aux_hidden_state_layer_ids "
                      "%r; no source change" % (result["draft_layer_ids"],))
+
+
+def _forward(req: Request, inst: Installation, route: str, ids: List[int], draft_ids: List[int],
+             texts: Dict[str, str], result: Dict[str, Any]) -> List[str]:
+    """The forward-capture check under the venv's python; its result goes to ``result["forward"]``."""
+    result["forward"], errors = forward_capture_check(req.python, inst.site_packages, route, ids, draft_ids,
+                                                      req.run_command, texts=texts)
+    return errors
 
 
 def _diff(path: str, before: str, after: str) -> Dict[str, str]:
@@ -212,12 +234,14 @@ def _present(req: Request, ids: List[int], inst: Installation,
         # Verify what the files would be, without touching them.
         evidence, checks, errors = verify_texts(targets, pristine, ids, paths, req.python, on_disk=False,
                                                 run_command=req.run_command)
+        if req.state == "present":  # check mode: the would-be texts, executed
+            errors += _forward(req, inst, "patch", ids, ids, targets, result)
         result.update(evidence=evidence, checks=checks)
         if req.state == "audit":
             result["diff"] = []
             result["compliant"] = not to_write and not errors
-            result["msg"] = ("compliant" if result["compliant"] else
-                             "not compliant: " + ("; ".join(errors) or "not patched: " + pending))
+            result["findings"] = errors or ([] if result["compliant"] else ["not patched: " + pending])
+            result["msg"] = "compliant" if result["compliant"] else "not compliant: " + "; ".join(result["findings"])
             return
         if errors:
             raise EngineError("the patched text would fail verification: " + "; ".join(errors))
@@ -235,6 +259,7 @@ def _present(req: Request, ids: List[int], inst: Installation,
         on_disk = {rel: read_bytes_text(paths[rel])[1] for rel in targets}
         evidence, checks, errors = verify_texts(on_disk, pristine, ids, paths, req.python, on_disk=True,
                                                 run_command=req.run_command)
+        errors += _forward(req, inst, "patch", ids, ids, {}, result)  # the files on disk, executed
         if errors:
             raise EngineError("verification failed after writing, pristine files restored: " + "; ".join(errors))
     except BaseException:
@@ -286,27 +311,18 @@ def pristine_bytes_for_restore(backup_dir: str, version: str, probe: FileProbe) 
 
 # ------------------------------------------------------------------ fingerprint
 
-FINGERPRINT_STYLES = ("role", "canonical")
 
-
-def fingerprint_value(result: Dict[str, Any], style: str = "role") -> str:
+def fingerprint_value(result: Dict[str, Any]) -> str:
     """The text the fingerprint's ``sglang`` component hashes, from a ``run()`` result.
 
-    ``role`` is byte for byte what vars/main.yml ``_sglang_fp_components.sglang``
-    renders today: release, sha256_after and the companion dict as Jinja prints it
-    (Python's repr), joined by spaces. ``canonical`` says the same without depending
-    on how a template prints a dict: release, deepseek_v2.py sha256 and the companion
-    template name (``none`` without one). Audit and present give the same text on a
-    compliant host, since sha256_after is then the file's current hash.
+    Release, deepseek_v2.py's sha256_after and the companion dict as Python prints
+    it, joined by spaces: byte for byte what the role rendered in Jinja before this
+    value moved here, so that a host recorded by an older collection is not
+    restarted by the upgrade (tests/test_probe.py keeps the old rendering to prove
+    it). Audit and present give the same text on a compliant host, since
+    sha256_after is then the file's current hash.
     """
     def text(value: Any) -> str:
         return "" if value is None else str(value)
 
-    companion = result.get("companion")
-    if style == "role":
-        return "%s %s %s" % (text(result.get("release")), text(result.get("sha256_after")), text(companion))
-    if style == "canonical":
-        template = companion.get("template") if isinstance(companion, dict) else None
-        return "release=%s deepseek_v2.py=%s companion=%s" % (
-            text(result.get("release")), text(result.get("sha256_after")), template or "none")
-    raise ValueError("fingerprint style must be one of %s, got %r" % (", ".join(FINGERPRINT_STYLES), style))
+    return "%s %s %s" % (text(result.get("release")), text(result.get("sha256_after")), text(result.get("companion")))

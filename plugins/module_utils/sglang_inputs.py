@@ -279,8 +279,9 @@ def _version(var: str, value: Any, values: Mapping[str, Any]) -> List[str]:
 
 
 def _install_source(var: str, value: Any, values: Mapping[str, Any]) -> List[str]:
+    # The value itself is one of the choices: argument_specs refuses anything else first.
     wheelhouse = values.get("sglang_wheelhouse", "")
-    if value not in ("index", "wheelhouse") or (value == "wheelhouse" and not wheelhouse):
+    if value == "wheelhouse" and not wheelhouse:
         return ['%s=%s (sglang_wheelhouse=%s): use "index" (optionally with sglang_pip_index_url) or '
                 '"wheelhouse" with sglang_wheelhouse set to a directory on the controller.'
                 % (var, shown(value), shown(wheelhouse) if wheelhouse else "")]
@@ -560,6 +561,9 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_accept_length_min": Variable("a number from 0 (off) to sglang_speculative_num_draft_tokens",
                                          _accept_length),
     "sglang_rollback_on_failure": Variable(ACCEPTED_BOOL, _bool),
+    "sglang_defer_gate_failure": Variable(ACCEPTED_BOOL, _bool),
+    "sglang_lock_timeout": Variable("an integer >= 0 (seconds; 0 fails at once)", _int_range(0)),
+    "sglang_lock_ttl": Variable("a positive integer (seconds)", _int_range(1)),
     "sglang_service_hardening": Variable('"default" or "strict" (verify "strict" on one canary GPU host first)',
                                          _choice("default", "strict")),
     "sglang_service_extra_directives": Variable(

@@ -91,23 +91,38 @@ def server_accept_length(info: Dict[str, Any]) -> Tuple[Optional[float], str]:
     return sum(values) / len(values), ""
 
 
-def probe_accept_length(answers: Sequence[Any]) -> Tuple[Optional[float], str]:
-    """Accepted tokens per verify step over probe generations: sum(completion_tokens) / sum(spec_verify_ct)."""
-    tokens = verify = 0
+def _meta_sums(answers: Sequence[Any], num_key: str, den_key: str, positive: bool) -> Tuple[float, float]:
+    """Sums of two meta_info numbers over the answers holding both (a denominator above 0 when ``positive``)."""
+    num = den = 0.0
     for answer in answers:
         meta = answer.get("meta_info") if isinstance(answer, dict) else None
         if not isinstance(meta, dict):
             continue
-        ct, vc = _number(meta.get("completion_tokens")), _number(meta.get("spec_verify_ct"))
-        if ct is None or vc is None or vc <= 0:
+        a, b = _number(meta.get(num_key)), _number(meta.get(den_key))
+        if a is None or b is None or (positive and b <= 0):
             continue
-        tokens += ct
-        verify += vc
+        num += a
+        den += b
+    return num, den
+
+
+def probe_accept_length(answers: Sequence[Any]) -> Tuple[Optional[float], str]:
+    """Accepted tokens per verify step over probe generations: sum(completion_tokens) / sum(spec_verify_ct)."""
+    tokens, verify = _meta_sums(answers, "completion_tokens", "spec_verify_ct", positive=True)
     if not answers:
         return None, ""
     if verify == 0:
         return None, "meta_info.spec_verify_ct " + NOT_REPORTED
     return tokens / verify, ""
+
+
+def tokens_per_s(answers: Sequence[Any]) -> Optional[float]:
+    """Generation throughput of the live requests: sum(completion_tokens) / sum(e2e_latency), to 0.1.
+
+    None without timings (an older server, no requests): a missing number is not a zero.
+    """
+    tokens, seconds = _meta_sums(answers, "completion_tokens", "e2e_latency", positive=False)
+    return round(tokens / seconds, 1) if seconds > 0 else None
 
 
 def running_settings(info: Dict[str, Any]) -> Dict[str, Any]:

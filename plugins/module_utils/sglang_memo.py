@@ -25,6 +25,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_eagl
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fileio as _fileio
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunks as _hunks
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as _shapes
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as _forward
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as _verify
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, module_source, sha256_hex
@@ -35,7 +36,7 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/test_audit_memo.py checks the list against the imports).
-ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _verify, _engine, sys.modules[__name__])
+ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _verify, _forward, _engine, sys.modules[__name__])
 
 
 def engine_source_digest() -> Optional[str]:

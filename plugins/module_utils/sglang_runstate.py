@@ -42,16 +42,21 @@ def load_recorded(path: str) -> Dict[str, Any]:
         return {}
 
 
-def decide(current: Dict[str, str], recorded: Dict[str, Any], active: bool) -> List[str]:
-    """Reasons to restart; empty when what runs is what should run."""
-    reasons = []
-    if not recorded.get("components"):
-        reasons.append("no healthy start has been recorded for this configuration")
+def changed_components(current: Dict[str, str], recorded: Dict[str, Any]) -> Optional[List[str]]:
+    """Names of the components that differ from the last healthy start, sorted;
+    None when no healthy start has been recorded at all."""
+    before = recorded.get("components")
+    if not before:
+        return None
+    return [name for name in sorted(set(current) | set(before)) if current.get(name) != before.get(name)]
+
+
+def describe(changed: Optional[List[str]], active: bool) -> List[str]:
+    """The reasons to restart, as the operator reads them; empty when what runs is what should run."""
+    if changed is None:
+        reasons = ["no healthy start has been recorded for this configuration"]
     else:
-        before = recorded["components"]
-        for name in sorted(set(current) | set(before)):
-            if current.get(name) != before.get(name):
-                reasons.append("%s changed since the last healthy start" % name)
+        reasons = ["%s changed since the last healthy start" % name for name in changed]
     if not active:
         reasons.append("the service is not active")
     return reasons

@@ -231,8 +231,8 @@ def validate_speculative(
 # --------------------------------------------------------------------------- #
 
 
-def _load_json_object(path: str) -> Optional[Dict[str, Any]]:
-    """Parse a JSON object file; None if absent, ValueError if it is not an object."""
+def load_json_object(path: str) -> Optional[Dict[str, Any]]:
+    """Parse a JSON object file (a config.json); None if absent, ValueError if it is not an object."""
     if not os.path.isfile(path):
         return None
     with open(path, "rb") as handle:
@@ -246,18 +246,13 @@ def _load_json_object(path: str) -> Optional[Dict[str, Any]]:
     return data
 
 
-def load_json_object(path: str) -> Optional[Dict[str, Any]]:
-    """A config.json as a dict; None if the file is absent, ValueError if it is not a JSON object."""
-    return _load_json_object(path)
-
-
 def read_num_hidden_layers(model_dir: str) -> Optional[int]:
     """Decoder layer count of the target, which bounds every capturable layer id.
 
     None when the directory or key is absent (``model_path`` may be a hub id, not
     a local dir). Multimodal configs nest it under ``text_config``.
     """
-    config = _load_json_object(os.path.join(model_dir, "config.json"))
+    config = load_json_object(os.path.join(model_dir, "config.json"))
     if config is None:
         return None
     for source in (config, config.get("text_config")):
@@ -286,7 +281,7 @@ def target_model_errors(model_dir: str, var: str = "sglang_model_path") -> List[
     accepted = "a DeepSeek target: architectures %s, model_type %s" % (
         " or ".join(DEEPSEEK_ARCHITECTURES), ", ".join(DEEPSEEK_MODEL_TYPES))
     try:
-        config = _load_json_object(path)
+        config = load_json_object(path)
     except (OSError, ValueError) as exc:
         return ["%s=%s: %s; accepted: %s" % (var, model_dir, exc, accepted)]
     if config is None:
@@ -350,7 +345,7 @@ def _is_fc_weight(name: str) -> bool:
 
 def _draft_weight_files(draft_dir: str) -> List[str]:
     """Files that may hold fc.weight: the index's shard first, else all shards."""
-    index = _load_json_object(os.path.join(draft_dir, "model.safetensors.index.json"))
+    index = load_json_object(os.path.join(draft_dir, "model.safetensors.index.json"))
     if index is not None and isinstance(index.get("weight_map"), dict):
         shards = sorted(
             {f for n, f in index["weight_map"].items() if _is_fc_weight(n) and isinstance(f, str)}
@@ -386,7 +381,7 @@ def expected_id_count_from_draft(draft_dir: str) -> Optional[int]:
     wrong features. None when config.json, hidden_size or fc.weight is absent or
     the shape does not divide evenly; ValueError when a file is corrupt.
     """
-    config = _load_json_object(os.path.join(draft_dir, "config.json"))
+    config = load_json_object(os.path.join(draft_dir, "config.json"))
     if config is None:
         return None
     hidden_in = config.get("target_hidden_size", config.get("hidden_size"))

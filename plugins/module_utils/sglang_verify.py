@@ -8,6 +8,11 @@ Three kinds of evidence, all without importing torch or SGLang: grep evidence
 interpreter, and a semantic check that runs the real ``set_eagle3_layers_to_capture``
 on a fake model. ``verify_texts`` is the one entry point; a further check joins it
 there, so every caller (patch, check mode, audit) gets it at once.
+
+A fourth, ``forward_capture_check``, executes the release's forward-pass capture with
+torch, under the venv's python (``sglang_forward``). It runs only on ``state=present``
+(after the patch, in check mode on the would-be texts, and on the native route), never
+in an audit, so it is called next to ``verify_texts`` rather than inside it.
 Standard library only (hosts run python3 3.9 to 3.13).
 """
 
@@ -22,6 +27,7 @@ import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE, EngineError
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_forward import forward_check, forward_summary
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_hunks import function_spans, segment
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import (
     MODEL_FORWARD,
@@ -238,3 +244,19 @@ def verify_texts(texts: Dict[str, str], pristine: Dict[str, str], ids: Sequence[
     sem = semantic_check_patch(pristine[DEEPSEEK_FILE], texts[DEEPSEEK_FILE], ids)
     errors += sem
     return evidence, {"compiled": compiled, "semantic": not sem}, errors
+
+
+def forward_capture_check(python: Optional[str], site_packages: str, route: str, ids: Sequence[int],
+                          draft_ids: Sequence[int], run_command: Optional[Callable[..., Tuple[int, str, str]]],
+                          texts: Optional[Dict[str, str]] = None) -> Tuple[Dict[str, Any], List[str]]:
+    """(the ``forward`` result, errors): the release's capture code, executed (sglang_forward).
+
+    Errors only when it ran and failed. Without torch in the venv, or without
+    ``python``, the result says why it did not run and there are no errors: the
+    other checks stand alone. ``texts`` are the would-be files (check mode).
+    """
+    res = forward_check(python, site_packages, route, ids, draft_ids, run_command, texts=texts)
+    res["summary"] = forward_summary(res)
+    if res.get("executed") and not res.get("ok"):
+        return res, ["forward: " + e for e in res.get("errors") or ["failed"]]
+    return res, []

@@ -47,8 +47,8 @@ options:
       - Ids to write, in the form the installed SGLang release needs (decided by the caller,
         e.g. V([-1, 2, 30]) on patched releases or V([0, 3, 31]) from 0.5.14).
       - Each must be a real int; strings and booleans are refused, not converted (hence C(type=raw)).
+      - Required with O(state=present) and O(state=audit); not used by O(state=restored).
     type: raw
-    required: true
   user_layer_ids:
     description:
       - The ids as the user wrote them in C(sglang_eagle3_layer_ids); validated so that
@@ -69,9 +69,13 @@ options:
     type: path
     default: /var/lib/sglang-remediation/backup
   state:
-    description: V(present) writes; V(audit) never writes and reports RV(compliant).
+    description:
+      - V(present) writes; V(audit) never writes and reports RV(compliant).
+      - V(restored) puts back the previous file this module kept in O(backup_dir) (the one the last change
+        replaced), keeping the current file's mode and owner; without a backup it changes nothing and says so
+        in RV(msg). The ids are not validated, since a rollback restores what ran before.
     type: str
-    choices: [present, audit]
+    choices: [present, audit, restored]
     default: present
 notes:
   - Keeping the owner of C(config.json) may need privilege escalation; without it the write fails and the file is left as it was.
@@ -88,6 +92,11 @@ EXAMPLES = r"""
     target_model_path: /models/DeepSeek-V3
   become: true
   register: draft
+
+- name: Put back the draft config the last change replaced (rollback)
+  fleetops.sglang.sglang_draft_config:
+    path: /models/DeepSeek-V3-EAGLE3
+    state: restored
 
 - name: Write the ids a native release (0.5.14+) reports, as sglang_eagle3 returned them
   fleetops.sglang.sglang_draft_config:
@@ -142,6 +151,11 @@ backup:
   type: str
   returned: when the file was read and the ids are valid
   sample: /var/lib/sglang-remediation/backup/draft-config.5d41402abc4b2a76.json
+restored:
+  description: With O(state=restored), whether the saved previous file was (or in check mode would be) put back.
+  type: bool
+  returned: when O(state=restored)
+  sample: true
 backup_orig:
   description: First-seen original kept in O(backup_dir) when a write happened this run, else V(null).
   type: str
@@ -211,12 +225,18 @@ def _write(dest: str, data: bytes, like: os.stat_result) -> None:
     atomic_write(dest, data, like=like, owner="strict", durable=True)
 
 
-def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_result):
-    """Keep the previous file and, once, the first-seen original, named by a hash
-    of the config path so two drafts never overwrite each other's backups."""
-    os.makedirs(backup_dir, mode=0o755, exist_ok=True)
+def backup_stem(backup_dir: str, config_path: str) -> str:
+    """Backups are named by a hash of the normalised config path, so two drafts never
+    overwrite each other's, and ``/models/d/`` and ``/models/d`` name the same ones.
+    Only this module builds the name: a rollback asks it with ``state=restored``."""
     key = sha256_hex(os.path.abspath(config_path).encode("utf-8"))[:16]
-    stem = os.path.join(backup_dir, "draft-config.%s" % key)
+    return os.path.join(backup_dir, "draft-config.%s" % key)
+
+
+def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_result):
+    """Keep the previous file and, once, the first-seen original."""
+    os.makedirs(backup_dir, mode=0o755, exist_ok=True)
+    stem = backup_stem(backup_dir, config_path)
     source = stem + ".source"
     if not os.path.exists(source):
         _write(source, (os.path.abspath(config_path) + "\n").encode("utf-8"), like)
@@ -226,6 +246,37 @@ def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_
     previous = stem + ".json"
     _write(previous, data, like)
     return previous, orig
+
+
+def restore(module: AnsibleModule, config_path: str, backup_dir: str) -> None:
+    """state=restored: put the previous file back (the one the last change replaced)."""
+    backup = backup_stem(backup_dir, config_path) + ".json"
+    result = dict(changed=False, path=config_path, backup=backup, restored=False,
+                  sha256_before=None, sha256_after=None)
+    if not os.path.isfile(backup):
+        result["backup"] = None
+        module.exit_json(msg="no backup of %s in %s: nothing to restore" % (config_path, backup_dir), **result)
+    with open(backup, "rb") as handle:
+        saved = handle.read()
+    current = None
+    if os.path.isfile(config_path):
+        with open(config_path, "rb") as handle:
+            current = handle.read()
+    result["sha256_before"] = sha256_hex(current) if current is not None else None
+    result["sha256_after"] = sha256_hex(saved)
+    if current == saved:
+        module.exit_json(msg="%s already is the saved previous file" % config_path, **result)
+    result["changed"] = result["restored"] = True
+    if module._diff:
+        result["diff"] = dict(before_header=config_path, after_header=backup,
+                              before=(current or b"").decode("utf-8", "replace"), after=saved.decode("utf-8", "replace"))
+    if not module.check_mode:
+        try:
+            _write(config_path, saved, os.stat(config_path if current is not None else backup))
+        except OSError as exc:
+            module.fail_json(msg="could not restore %s: %s" % (config_path, exc), **result)
+    module.exit_json(msg="%s %s from %s" % (config_path, "would be restored" if module.check_mode else "restored",
+                                            backup), **result)
 
 
 def read_config(module: AnsibleModule, config_path: str):
@@ -252,16 +303,19 @@ def main() -> None:
         argument_spec=dict(
             path=dict(type="path", required=True),
             # raw, not list/int: Ansible would turn "2" into 2 and hide the user's mistake.
-            layer_ids=dict(type="raw", required=True),
+            layer_ids=dict(type="raw"),
             user_layer_ids=dict(type="raw"),
             target_model_path=dict(type="path"),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
-            state=dict(type="str", choices=["present", "audit"], default="present"),
+            state=dict(type="str", choices=["present", "audit", "restored"], default="present"),
         ),
+        required_if=[("state", "present", ["layer_ids"]), ("state", "audit", ["layer_ids"])],
         supports_check_mode=True,
     )
     p = module.params
     config_path = os.path.join(p["path"], "config.json")
+    if p["state"] == "restored":
+        restore(module, config_path, p["backup_dir"])
     data, text, config = read_config(module, config_path)
 
     num_hidden_layers = None

@@ -22,7 +22,8 @@ description:
     C(native) (0.5.14+) changes nothing and reports the ids the draft config must list;
     C(refuse) fails (except with O(state=audit)) and leaves the host untouched.
   - Every write is atomic, preceded by a RECORD-verified backup of the pristine file in O(backup_dir),
-    and followed by compile, grep and semantic checks; a failed check restores the pristine files.
+    and followed by compile, grep and semantic checks and, where the venv's python imports torch, the executed
+    forward-capture check; a failed check restores the pristine files.
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
@@ -73,7 +74,9 @@ options:
     type: int
     default: 1
   python:
-    description: Interpreter used to compile the patched files (the venv's); defaults to the module's.
+    description:
+      - Interpreter used to compile the patched files (the venv's); defaults to the module's.
+      - The forward-capture check runs under it when it imports torch (see RV(forward)); without O(python) it is not run.
     type: path
   memo_file:
     description:
@@ -206,6 +209,48 @@ checks:
       description: The real C(set_eagle3_layers_to_capture) gives the expected capture for O(layer_ids) and upstream's for other ids.
       type: bool
       sample: true
+forward:
+  description:
+    - The forward-capture check (O(state=present) only, check mode included). With O(python) importing torch it
+      executes the release's own capture code (C(set_eagle3_layers_to_capture), C(DeepseekV2Model.forward), from
+      0.5.14 the decoder layer, its communicator or layer boundary and the packer) on CPU tensors, in the state
+      CUDA graphs are captured in and in the eager state, and names what the draft would be fed.
+    - A failure is a verification failure (pristine files restored). Without torch it reports why it did not run
+      and the other checks stand alone.
+  type: dict
+  returned: always
+  sample:
+    executed: true
+    ok: true
+    summary: "forward: embedding, L2, L30 (executed)"
+    captured: {graph: [embedding, output of layer 2, output of layer 30], eager: [embedding, output of layer 2, output of layer 30]}
+    errors: []
+  contains:
+    executed:
+      description: Whether the capture code ran (false without torch in the venv, without O(python), or outside O(state=present)).
+      type: bool
+      sample: true
+    ok:
+      description: Every state captured what the draft was trained on; V(null) when not executed.
+      type: bool
+      sample: true
+    summary:
+      description: One line for the report.
+      type: str
+      sample: "forward: embedding, L2, L30 (executed)"
+    captured:
+      description: Per state (V(graph), the state CUDA graphs are captured in; V(eager)), the captured tensors by name.
+      type: dict
+      sample: {eager: [embedding, output of layer 2, output of layer 30]}
+    errors:
+      description: What failed, per state (V(plain) is serving without EAGLE-3).
+      type: list
+      elements: str
+      sample: []
+    reason:
+      description: Why it was not executed.
+      type: str
+      sample: no torch
 shape:
   description: The code's shape the release family is read from.
   type: dict
@@ -235,6 +280,21 @@ compliant:
   type: bool
   returned: always
   sample: true
+fingerprint:
+  description:
+    - The text the C(sglang) component of the running fingerprint hashes (release, C(deepseek_v2.py) sha256
+      after the call and the companion dict); the role records it as C(value:<fingerprint>) after a healthy start.
+  type: str
+  returned: always
+  sample: "0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb {'needed': False, 'files': []}"
+findings:
+  description:
+    - Why the files are not compliant, one item per failed check (or V(not patched) and the files to patch);
+      empty when compliant. Set by O(state=audit) and check mode; RV(msg) says the same in one line.
+  type: list
+  elements: str
+  returned: always
+  sample: ["not patched: sglang/srt/models/deepseek_v2.py"]
 memo:
   description: With O(state=audit), how the audit was answered; V(hit) from O(memo_file), V(miss) computed, V(off) no memo used.
   type: str

@@ -93,6 +93,14 @@ restart_needed:
   type: bool
   returned: always
   sample: true
+changed_components:
+  description:
+    - Names of the components that differ from the last healthy start, sorted; V(null) when none was recorded.
+      The data behind RV(reasons), which only says it in prose; empty with O(state=record).
+  type: list
+  elements: str
+  returned: always
+  sample: [draft_config]
 reasons:
   description: Why, one line per differing component (plus one when nothing was recorded or the service is not active); empty with O(state=record).
   type: list
@@ -129,7 +137,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
+    changed_components,
+    current_fingerprint,
+    describe,
+    load_recorded,
+    service_active,
+)
 
 
 def write_atomic(path: str, data: dict) -> None:
@@ -151,9 +165,10 @@ def main() -> None:
     current = current_fingerprint(p["components"])
     recorded = load_recorded(p["state_file"])
     active = service_active(p["service"], module.run_command, module.get_bin_path)
-    reasons = decide(current, recorded, active)
+    changed = changed_components(current, recorded)
+    reasons = describe(changed, active)
     result = dict(changed=False, current=current, recorded=recorded.get("components", {}),
-                  active=active, reasons=reasons, restart_needed=bool(reasons))
+                  active=active, changed_components=changed, reasons=reasons, restart_needed=bool(reasons))
     if p["state"] == "record":
         if recorded.get("components") != current:
             result["changed"] = True
@@ -161,6 +176,7 @@ def main() -> None:
                 write_atomic(p["state_file"], {"components": current, "recorded_at": int(time.time())})
         result["restart_needed"] = False
         result["reasons"] = []
+        result["changed_components"] = []
     module.exit_json(**result)
 
 

@@ -135,6 +135,23 @@ info_after:
     version: "0.5.9"
     internal_states:
       - avg_spec_accept_length: 3.2
+accept_length:
+  description:
+    - Accepted tokens per speculative step, as C(reading.accept_length); the live requests' C(completion_tokens) /
+      C(spec_verify_ct), else the server's C(avg_spec_accept_length); V(null) when neither is reported.
+  type: float
+  returned: when ready and the live requests succeeded
+  sample: 3.556
+accept_length_source:
+  description: Where RV(accept_length) comes from (V(probe) or V(server info)), as C(reading.accept_length_source).
+  type: str
+  returned: when ready and the live requests succeeded
+  sample: probe
+tokens_per_s:
+  description: Throughput of the live requests, sum of C(completion_tokens) / sum of C(e2e_latency), to 0.1; V(null) without timings.
+  type: float
+  returned: when ready and the live requests succeeded
+  sample: 126.1
 reading:
   description: The live reading of the restarted server, as M(fleetops.sglang.sglang_probe) returns it in its C(live).
   type: dict
@@ -175,7 +192,7 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, judge
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, judge, tokens_per_s
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request as request
 
 
@@ -235,6 +252,10 @@ def main():
         module.fail_json(msg="server info after the live requests failed: %s" % error, live=live, **result)
     result["info_after"] = after
     result["reading"] = judge(after, endpoint, "", live, p["expected"], p["accept_length_min"])
+    # The two numbers the report and the gate use, computed here once.
+    result["accept_length"] = result["reading"]["accept_length"]
+    result["accept_length_source"] = result["reading"]["accept_length_source"]
+    result["tokens_per_s"] = tokens_per_s(live)
     module.exit_json(**result)
 
 

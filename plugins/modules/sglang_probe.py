@@ -119,17 +119,10 @@ options:
   fingerprint_components:
     description:
       - Same dict the role passes to M(fleetops.sglang.sglang_fingerprint) (name to path or C(value:<text>)).
-      - The C(sglang) component is computed here from the audit unless given as C(value:<text>);
-        pass it as V(auto) or leave it out.
+      - The C(sglang) component is the audit's C(fingerprint) (the value M(fleetops.sglang.sglang_eagle3) returns)
+        unless given as C(value:<text>); pass it as V(auto) or leave it out.
     type: dict
     default: {}
-  fingerprint_style:
-    description:
-      - How the C(sglang) component is computed. V(role) matches what the role's C(vars/main.yml) renders
-        today; V(canonical) is the template-independent form (see C(plugins/module_utils/sglang_eagle3.py)).
-    type: str
-    choices: [role, canonical]
-    default: role
   service:
     description: systemd unit name.
     type: str
@@ -160,6 +153,13 @@ options:
         while they are byte-identical the table is not parsed again. Stored under the same rule as
         O(memo_file) (O(memo_write), compliant host only).
       - Without it the table is read in full on every probe.
+    type: path
+  lease_file:
+    description:
+      - The host's lease file (M(fleetops.sglang.sglang_lease)). A compliant host ends at this probe
+        and never reaches the lease task, so the probe reads it instead and warns when another run
+        holds it (an audit or check run says so; nothing is taken, nothing waits).
+      - Not read for a host that needs work, whose lease the lease task after the probe takes or inspects.
     type: path
   memo_write:
     description:
@@ -266,6 +266,14 @@ seealso:
 """
 
 RETURN = r"""
+lease_holder:
+  description:
+    - The run that holds the host's lease (run id, controller, user, pid, start and take times), read
+      from O(lease_file) on a compliant host; V(null) when none holds it or the host needs work.
+  type: dict
+  returned: always
+  sample: {"run_id": "20261201T120000Z-4242", "controller": "ops-1", "user": "alice", "pid": 4242,
+           "started": 1796126400.0, "taken_at": 1796126410.0}
 compliant:
   description: Nothing to do on this host (RV(reasons) is empty).
   type: bool
@@ -602,13 +610,14 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, fingerprint_value
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import current_fingerprint, decide, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
     get_layer_ids,
     load_json_object,
@@ -631,8 +640,7 @@ def eagle3_reasons(audit):
         return ["refused: %s" % audit["msg"]]
     if audit["decision"] == "native":
         return ["%s %s on a native release: restore needed" % (SHORT, state)]
-    detail = audit["msg"][len("not compliant: "):] if audit["msg"].startswith("not compliant: ") else audit["msg"]
-    return ["%s %s: patch needed (%s)" % (SHORT, state, detail)]
+    return ["%s %s: patch needed (%s)" % (SHORT, state, "; ".join(audit["findings"]) or audit["msg"])]
 
 
 def draft_reasons(path, wanted):
@@ -671,11 +679,11 @@ def file_reasons(files):
     return reasons
 
 
-def fingerprint_reasons(components, state_file, audit, style):
+def fingerprint_reasons(components, state_file, audit):
     """(reasons, {current, recorded}) for the running fingerprint, without the service state."""
     specs = dict(components)
     if specs.get("sglang") in (None, "", "auto") and not audit["failed"]:
-        specs["sglang"] = "value:" + fingerprint_value(audit, style)
+        specs["sglang"] = "value:" + audit["fingerprint"]
     elif specs.get("sglang") in (None, "", "auto"):
         specs.pop("sglang", None)  # no install: the fingerprint differs on the other components or anyway
     try:
@@ -683,14 +691,13 @@ def fingerprint_reasons(components, state_file, audit, style):
     except OSError as exc:
         return ["fingerprint: %s" % exc], {"current": {}, "recorded": {}}
     recorded = load_recorded(state_file) if state_file else {}
-    changed = decide(current, recorded, True)
+    changed = changed_components(current, recorded)
     info = {"current": current, "recorded": recorded.get("components", {})}
+    if changed is None:
+        return ["no healthy start recorded: restart needed"], info
     if not changed:
         return [], info
-    if not recorded.get("components"):
-        return ["no healthy start recorded: restart needed"], info
-    names = [r[: -len(" changed since the last healthy start")] for r in changed]
-    return ["fingerprint differs (%s): restart needed" % ", ".join(names)], info
+    return ["fingerprint differs (%s): restart needed" % ", ".join(changed)], info
 
 
 def live_reading(live, release, request=http_request):
@@ -785,7 +792,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
     if p["service_manage"]:
         reasons += file_reasons(p["files"] or {})
         fp_reasons, result["fingerprint"] = fingerprint_reasons(
-            p["fingerprint_components"] or {}, p["fingerprint_file"], audit, p["fingerprint_style"])
+            p["fingerprint_components"] or {}, p["fingerprint_file"], audit)
         reasons += fp_reasons
         result["active"] = service_active(p["service"], run_command, which)
         if not result["active"]:
@@ -822,11 +829,11 @@ def main():
             files=dict(type="dict", default={}),
             fingerprint_file=dict(type="path"),
             fingerprint_components=dict(type="dict", default={}),
-            fingerprint_style=dict(type="str", choices=["role", "canonical"], default="role"),
             service=dict(type="str", default="sglang"),
             service_manage=dict(type="bool", default=True),
             memo_file=dict(type="path"),
             memo_write=dict(type="bool", default=False),
+            lease_file=dict(type="path"),
             extra_args=dict(type="list", elements="raw", default=[]),
             flags_memo_file=dict(type="path"),
             live=dict(type="dict", options=dict(
@@ -864,6 +871,13 @@ def main():
     if result.get("errors"):
         module.fail_json(msg="; ".join(result["errors"]), errors=result["errors"])
     result.pop("errors", None)
+    result["lease_holder"] = None
+    if module.params["lease_file"] and result["compliant"]:
+        holder, _problem = LeaseFile(module.params["lease_file"]).read()
+        if holder is not None:
+            result["lease_holder"] = holder
+            module.warn("another run holds this host's lease: %s. This run found the host compliant and "
+                        "leaves it alone (it neither takes nor waits for the lease)." % describe(holder, time.time()))
     errors = result["server_flags"]["errors"]
     if errors:
         module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"

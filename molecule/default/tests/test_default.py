@@ -151,6 +151,8 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
 
         runs = {"remediate --diff -v": play("remediate.yml", dict(base_env, HF_TOKEN=token), "--diff", "-v")}
         assert runs["remediate --diff -v"].rc == 0, runs["remediate --diff -v"].tail()
+        # The forward-capture check ran on the host (AnsiballZ payload, the venv's python); no torch here.
+        assert "forward: not executed (no torch)" in runs["remediate --diff -v"].output
         # The replaced file (the demo token) was kept 0600 under the state dir, not next to the live one.
         assert host.run("ls /etc/sglang").stdout.split() == ["sglang.env"]
         kept = host.run("stat -c '%%a %%U %%n' %s/sglang.env.*" % BACKUPS).stdout.split()
@@ -172,6 +174,7 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
             assert token not in run.output and drift_token not in run.output, name
         written = [str(p) for p in Path(reports).rglob("*") if p.is_file()]
         assert written, "the report callback wrote nothing"
+        assert any("forward: not executed (no torch)" in Path(p).read_text(errors="replace") for p in written)
         for path in written:
             text = Path(path).read_text(errors="replace")
             assert token not in text and drift_token not in text, path

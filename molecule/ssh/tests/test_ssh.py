@@ -1,0 +1,271 @@
+"""The production path: every run over SSH as `ops`, sudo to root, pipelining on.
+
+prepare.yml wrote the SSH inventory (testbed.py ssh-setup): the three hosts on
+their 127.0.0.1 ports, NOPASSWD sudo on the first two and a password read from
+an uncommitted file on the third. The runs below go through the project's
+ansible.cfg (report callback included) against that inventory; the hosts are
+inspected with docker exec as root. The tests run in file order and build on
+each other. None uses the testinfra ``host`` fixture, so each runs once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from scenario_helpers import PROJECT, STARTS_LOG, Run, parse_recap  # noqa: E402
+
+SSH_DIR = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "ssh"
+INVENTORY = SSH_DIR / "inventory"
+PASSWORD_FILE = PROJECT / ".cache" / "testbed" / "ssh" / "become-password"
+CUT_HOOK = PROJECT / "molecule" / "ssh" / "files" / "cut-connection.yml"
+DEEPSEEK = "/opt/sglang/venv/lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py"
+LEASE = "/var/lib/sglang-remediation/lease.json"
+ALL_AT_ONCE = {"sglang_serial": ["100%"]}
+
+
+def steps(n: int) -> Dict[str, int]:
+    """A flag change the preflight accepts: with topk 1, num_steps + 1 draft tokens."""
+    return {"sglang_speculative_num_steps": n, "sglang_speculative_num_draft_tokens": n + 1}
+_state: Dict[str, Any] = {}
+
+
+def hosts() -> List[str]:
+    inv = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
+    return sorted(inv["all"]["children"]["sglang"]["hosts"])
+
+
+H1, H2, H3 = hosts() if (INVENTORY / "hosts.yml").exists() else ("h1", "h2", "h3")
+
+
+def sh(name: str, command: str, check: bool = True) -> str:
+    res = subprocess.run(["docker", "exec", name, "sh", "-c", command], capture_output=True, text=True, check=False)
+    if check and res.returncode != 0:
+        raise AssertionError("%s: %s failed: %s" % (name, command, res.stderr))
+    return res.stdout.strip()
+
+
+def starts(name: str) -> int:
+    return int(sh(name, "cat %s 2>/dev/null | wc -l" % STARTS_LOG) or 0)
+
+
+def server_info(name: str) -> Dict[str, Any]:
+    return json.loads(sh(name, "python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                               "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
+
+
+def command(name: str, playbook: str, extra_vars: Optional[Dict[str, Any]] = None, args: Sequence[str] = ()):
+    """argv and environment of one operator run; the report goes to its own directory."""
+    vars_file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
+    json.dump(extra_vars or {}, vars_file)
+    vars_file.close()
+    argv = ["ansible-playbook", "-i", str(INVENTORY), str(PROJECT / "playbooks" / playbook), "-e",
+            "@" + vars_file.name, *args]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_FORCE_COLOR="0", SGLANG_REPORT_DIR=str(SSH_DIR / "reports" / name))
+    return argv, env
+
+
+def run(name: str, playbook: str = "remediate.yml", extra_vars: Optional[Dict[str, Any]] = None,
+        args: Sequence[str] = ()) -> Run:
+    argv, env = command(name, playbook, extra_vars, args)
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          cwd=str(PROJECT), timeout=1800, check=False)
+    (SSH_DIR / ("%s.log" % name)).write_text(proc.stdout)
+    return Run(proc.returncode, proc.stdout, parse_recap(proc.stdout))
+
+
+def report(name: str) -> Dict[str, Any]:
+    return json.loads((SSH_DIR / "reports" / name / "latest" / "fleet.json").read_text())
+
+
+def rows(name: str) -> Dict[str, Dict[str, Any]]:
+    return {r["host"]: r for r in report(name)["hosts"]}
+
+
+def plant_lease(name: str, **over: Any) -> None:
+    holder = {"run_id": "20261201T090000Z-remediate-777", "controller": "elsewhere", "user": "alice",
+              "pid": 777, "started": time.time() - 120, "taken_at": time.time() - 60}
+    holder.update(over)
+    subprocess.run(["docker", "exec", "-i", name, "sh", "-c", "mkdir -p -m 0700 /var/lib/sglang-remediation;"
+                    " cat > %s" % LEASE], input=json.dumps(holder), text=True, check=True)
+
+
+def owners_and_modes(name: str) -> str:
+    paths = ["/etc/systemd/system/sglang.service", "/etc/sglang", "/etc/sglang/sglang.env", "/var/lib/sglang",
+             "/var/lib/sglang-remediation", "/opt/sglang/venv", DEEPSEEK, "/models/DeepSeek-V3-EAGLE3/config.json"]
+    return sh(name, "stat -c '%%U:%%G %%a %%n' %s" % " ".join(paths))
+
+
+# --- 1. converge, idempotence, check, a flag change, audit, rollback ----------------
+
+
+def test_converge_over_ssh_and_sudo():
+    run1 = run("converge", extra_vars=ALL_AT_ONCE, args=["-v"])
+    assert run1.rc == 0, run1.tail(120)
+    assert set(run1.recap) == {H1, H2, H3}
+    r = rows("converge")
+    assert all(r[h]["status"] == "changed" and r[h]["restarted"] and r[h]["health"] == "ok" for h in r), r
+    assert [starts(h) for h in (H1, H2, H3)] == [1, 1, 1]
+    # The password of H3's sudo is in neither the output nor the report.
+    password = PASSWORD_FILE.read_text().strip()
+    assert password and password not in run1.output
+    assert password not in (SSH_DIR / "reports" / "converge" / "latest" / "fleet.json").read_text()
+    for h in (H1, H2, H3):
+        # Pipelining under sudo: nothing is left in the operator's temporary directory.
+        assert sh(h, "ls -A /home/ops/.ansible/tmp 2>/dev/null || true") == "", h
+        # The same owners and modes as the docker path gives them; the server runs as sglang.
+        assert owners_and_modes(h).splitlines() == [
+            "root:root 644 /etc/systemd/system/sglang.service", "root:root 750 /etc/sglang",
+            "root:root 600 /etc/sglang/sglang.env", "sglang:sglang 750 /var/lib/sglang",
+            "root:root 700 /var/lib/sglang-remediation", "root:root 755 /opt/sglang/venv",
+            "root:root 644 " + sh(h, "ls %s" % DEEPSEEK), "root:root 644 /models/DeepSeek-V3-EAGLE3/config.json"]
+        assert sh(h, "ps -o user= -p $(systemctl show -p MainPID --value sglang)") == "sglang"
+        # The lease was given back after the report.
+        assert sh(h, "test -e %s && echo held || echo free" % LEASE) == "free"
+    _state["patched"] = sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK)
+    _state["unit"] = sh(H1, "sha256sum /etc/systemd/system/sglang.service | cut -d' ' -f1")
+
+
+def test_rerun_over_ssh_changes_nothing():
+    run2 = run("idempotence", extra_vars=ALL_AT_ONCE)
+    assert run2.rc == 0 and run2.changed() == 0, run2.tail(80)
+    assert [starts(h) for h in (H1, H2, H3)] == [1, 1, 1]
+
+
+def test_check_diff_over_ssh_changes_nothing():
+    before = sh(H1, "sha256sum /etc/systemd/system/sglang.service %s" % DEEPSEEK)
+    check = run("check", extra_vars=steps(7), args=["--check", "--diff", "--limit", H1])
+    assert check.rc == 0, check.tail(80)
+    assert "--speculative-num-steps 7" in check.output  # the unit's diff
+    assert rows("check")[H1]["status"] == "would change"
+    assert sh(H1, "sha256sum /etc/systemd/system/sglang.service %s" % DEEPSEEK) == before and starts(H1) == 1
+
+
+def test_a_flag_change_over_ssh_restarts_once():
+    change = run("flags", extra_vars=steps(7), args=["--limit", H1])
+    assert change.rc == 0, change.tail(80)
+    assert starts(H1) == 2 and server_info(H1)["speculative_num_steps"] == 7
+
+
+def test_an_audit_over_ssh_says_another_run_holds_the_host():
+    plant_lease(H1)
+    audit = run("audit", playbook="audit.yml", args=["--limit", H1])
+    # The inventory's 15 steps against the 7 that run: a finding, read without waiting.
+    assert audit.rc == 2, audit.tail(80)
+    assert rows("audit")[H1]["status"] == "noncompliant"
+    assert "another run holds this host's lease: run 20261201T090000Z-remediate-777 by alice@elsewhere" in audit.output
+    assert json.loads(sh(H1, "cat %s" % LEASE))["run_id"] == "20261201T090000Z-remediate-777"  # untouched
+
+
+def test_a_run_that_meets_a_held_lease_fails_naming_the_holder():
+    held = run("held", extra_vars={"sglang_lock_timeout": 0}, args=["--limit", H1])
+    assert held.rc == 2, held.tail(80)
+    error = rows("held")[H1]["error"]
+    assert rows("held")[H1]["status"] == "failed"
+    for part in ("run 20261201T090000Z-remediate-777", "alice@elsewhere", "controller pid 777", "run started 20",
+                 "lease taken 20", "sglang_lock_timeout"):
+        assert part in error, error
+    assert starts(H1) == 2 and server_info(H1)["speculative_num_steps"] == 7  # nothing was touched
+    sh(H1, "rm -f %s" % LEASE)
+
+
+def test_rollback_over_ssh():
+    back = run("rollback", playbook="rollback.yml", args=["--limit", H1])
+    assert back.rc == 0, back.tail(80)
+    assert rows("rollback")[H1]["status"] in ("changed", "ok") and rows("rollback")[H1]["error"] == ""
+    assert sh(H1, "grep -c 'sglang-remediation eagle3' %s || true" % DEEPSEEK) == "0"
+    assert starts(H1) == 3
+    assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"
+
+
+# --- 2. two runs at once on one host --------------------------------------------------
+
+
+def test_two_runs_started_together_restart_once():
+    procs = []
+    for name in ("together-a", "together-b"):
+        argv, env = command(name, "remediate.yml", {}, ["--limit", H1])
+        log = open(SSH_DIR / ("%s.log" % name), "w")
+        procs.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(PROJECT)),
+                      log))
+    outcomes = {}
+    for name, proc, log in procs:
+        outcomes[name] = proc.wait(timeout=1800)
+        log.close()
+    outputs = {n: (SSH_DIR / ("%s.log" % n)).read_text() for n in outcomes}
+    # Exactly one restart in total: the run that waited found the work done.
+    assert starts(H1) == 4, outputs
+    for name, rc in outcomes.items():
+        assert rc == 0 or "another run holds this host's lease" in outputs[name], outputs[name][-3000:]
+    # The second waited for the first's lease (or, on a slow machine, probed only once the first had
+    # finished and found nothing to do: then the lease was not needed).
+    waited = [n for n, o in outputs.items() if "waiting up to 300s for the lease held by run" in o]
+    untouched = [n for n, o in outputs.items() if parse_recap(o).get(H1, {}).get("changed") == 0]
+    assert len(waited) == 1 or len(untouched) == 1, (waited, untouched)
+    # No interleaved writes: the host is exactly as the first converge left it.
+    assert sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK) == _state["patched"]
+    assert sh(H1, "sha256sum /etc/systemd/system/sglang.service | cut -d' ' -f1") == _state["unit"]
+    assert server_info(H1)["speculative_num_steps"] == 15
+    assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"
+
+
+# --- 3. sshd down on one host of a rolling run -------------------------------------------
+
+ROLLING = dict(steps(9), sglang_serial=[2, 1])
+
+
+def test_a_host_whose_sshd_is_down_is_unreachable_and_stops_the_rollout():
+    # Stopping sshd leaves running sessions; killing the operator's ends ssh's control masters too.
+    sh(H2, "systemctl stop ssh.service; pkill -KILL -u ops || true")
+    before = [starts(h) for h in (H1, H2, H3)]
+    down = run("unreachable", extra_vars=ROLLING)
+    assert down.rc == 4, down.tail(80)
+    r = rows("unreachable")
+    assert r[H2]["status"] == "unreachable" and r[H2]["batch"] == 1, r[H2]
+    assert "unreachable: " in r[H2]["error"] and "ssh" in r[H2]["error"].lower(), r[H2]
+    # The sibling of the batch finished; max-fail (0 %) kept the next batch from starting.
+    assert r[H1]["status"] == "changed" and r[H3]["status"] == "not reached", r
+    assert report("unreachable")["run"]["result"] == "aborted"
+    md = (SSH_DIR / "reports" / "unreachable" / "latest" / "fleet.md").read_text()
+    assert "- **%s** (unreachable, batch 1): unreachable: " % H2 in md.split("## Hosts")[0]
+    assert [starts(h) for h in (H1, H2, H3)] == [before[0] + 1, before[1], before[2]]
+    _state["rolling_before"] = before
+
+
+def test_the_rerun_with_sshd_back_converges_that_host_with_one_restart():
+    sh(H2, "systemctl start ssh.service")
+    again = run("unreachable-rerun", extra_vars=ROLLING)
+    assert again.rc == 0, again.tail(80)
+    before = _state["rolling_before"]
+    assert [starts(h) for h in (H1, H2, H3)] == [before[0] + 1, before[1] + 1, before[2] + 1]
+    assert all(server_info(h)["speculative_num_steps"] == 9 for h in (H1, H2, H3))
+
+
+# --- 4. the connection cut between the patch and the restart --------------------------------
+
+
+def test_a_connection_cut_before_the_restart_is_finished_by_the_rerun():
+    before = starts(H1)
+    cut = run("cut", extra_vars=dict(steps(11), sglang_pre_restart_tasks=str(CUT_HOOK)),
+              args=["--limit", H1])
+    assert cut.rc == 4 and rows("cut")[H1]["status"] == "unreachable", cut.tail(80)
+    assert "--speculative-num-steps 11" in sh(H1, "cat /etc/systemd/system/sglang.service")
+    assert starts(H1) == before and server_info(H1)["speculative_num_steps"] == 9
+    # The cut run could not give its lease back; its ansible-playbook is gone from this controller.
+    assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "held"
+    rerun = run("cut-rerun", extra_vars=steps(11), args=["--limit", H1])
+    assert rerun.rc == 0, rerun.tail(80)
+    assert "took over the lease of run" in rerun.output and "no longer exists on" in rerun.output
+    assert starts(H1) == before + 1 and server_info(H1)["speculative_num_steps"] == 11
+    assert rows("cut-rerun")[H1]["compliant"] is True
+    assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"

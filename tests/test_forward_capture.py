@@ -1,0 +1,346 @@
+"""The forward-capture check (module_utils/sglang_forward.py) on real release files.
+
+The check executes each release's own capture code (set_eagle3_layers_to_capture,
+DeepseekV2Model.forward and, from 0.5.14, the decoder layer with its
+LayerCommunicator or layer boundary and the packer) with torch on the CPU. torch
+comes from the parser venv (tests/parser_venv, built once and cached), run as a
+subprocess: exactly how the role runs it on a host, with the SGLang venv's python.
+Set SGLANG_PARSER_TESTS=0 to skip the tests that need it.
+
+The broken variants are built by mutating the real release source, one fault each.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DIST, HUNKS, MODULE_UTILS_DIR, E
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as F
+import parser_venv
+
+F_PATH = MODULE_UTILS_DIR / "sglang_forward.py"
+DS = DIST.DEEPSEEK_FILE
+TRAINED = ["embedding", "output of layer 2", "output of layer 30"]
+EXECUTED = "forward: embedding, L2, L30 (executed)"
+# One release per family and both sides of every boundary (sglang-facts.md): body A with
+# companion_cg_local (0.5.4.post2 .. 0.5.7, _dummy_run from 0.5.6) and companion_cg_attr
+# (0.5.8 .. 0.5.10.post1, three-value layers from 0.5.10), body A without companion
+# (0.5.11 .. 0.5.12.post1), body B on the L forward (0.5.13, 0.5.13.post1), C (0.5.14 ..
+# 0.5.16), P (0.5.17 .. 0.5.20), R (0.5.21 ..).
+RELEASES = ["0.5.4.post2", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
+            "0.5.13", "0.5.13.post1", "0.5.14", "0.5.16", "0.5.17", "0.5.20", "0.5.21", "0.5.23"]
+
+needs_torch = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0", reason="SGLANG_PARSER_TESTS=0")
+
+
+def run_command(argv):
+    """AnsibleModule.run_command's contract: (rc, stdout, stderr)."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="session")
+def torch_python():
+    python = parser_venv.find_python()
+    if python is None:
+        pytest.skip("no Python 3.11 for the parser venv (set SGLANG_PARSER_PYTHON)")
+    return str(parser_venv.ensure_base(python) / "bin" / "python")
+
+
+def site(venv: Path) -> Path:
+    return next(venv.glob("lib/python3*/site-packages"))
+
+
+def request(venv, patches, python, **kw):
+    return E.Request(venv=str(venv), patches=patches, backup_dir=str(venv / "backup"), python=python,
+                     run_command=run_command, **kw)
+
+
+def patched_texts(version, venv, patches, companion=True):
+    """The files as the engine would patch them (from the real release files)."""
+    res = E.run(request(venv, patches, None, check_mode=True))
+    texts = {}
+    plan = [res["family"]] + ([res["companion"]["template"]] if companion and res["companion"]["needed"] else [])
+    for name in plan:
+        for rel in {h.file for h in HUNKS.parse_patch(patches[name])}:
+            path = site(venv) / rel
+            if path.exists():
+                base = texts.get(rel, path.read_text())
+                texts[rel] = HUNKS.apply_hunks(base, [h for h in HUNKS.parse_patch(patches[name]) if h.file == rel]).text
+    return texts
+
+
+def check(venv, python, texts, route="patch", draft_ids=(-1, 2, 30)):
+    return F.forward_check(python, str(site(venv)), route, [-1, 2, 30], list(draft_ids), run_command, texts=texts)
+
+
+# ------------------------------------------------------------ without torch
+
+
+def test_runner_events_follow_model_runner_order(make_venv):
+    """Read from ModelRunner.initialize: what runs before CUDA-graph capture, in order."""
+    def events(version):
+        s = site(make_venv(version))
+        return F.runner_events((s / F.MODEL_RUNNER_FILE).read_text(), (s / F.CUDA_GRAPH_FILE).read_text())
+    assert events("0.5.4.post2") == [("defaults", "CudaGraphRunner.__init__"), ("graphs", "CUDA-graph capture"),
+                                     ("configured", "ModelRunner.initialize")]
+    assert events("0.5.9") == [("defaults", "ModelRunner._dummy_run (kernel warmup)"),
+                               ("defaults", "CudaGraphRunner.__init__"), ("graphs", "CUDA-graph capture"),
+                               ("configured", "ModelRunner.initialize")]
+    # 0.5.11 (PR #22836): the ids are applied before the graphs, no defaults call left.
+    assert events("0.5.11") == [("configured", "ModelRunner.init_aux_hidden_state_capture"),
+                                ("graphs", "CUDA-graph capture")]
+
+
+def test_without_torch_it_says_not_executed(make_venv):
+    """This interpreter (.venv) has no torch, like the test bed's SGLang venv."""
+    res = check(make_venv("0.5.9"), sys.executable, {})
+    assert res["executed"] is False and res["ok"] is None
+    assert F.forward_summary(res) == "forward: not executed (no torch)"
+
+
+def test_engine_without_python_keeps_todays_checks(make_venv, patches):
+    res = E.run(E.Request(venv=str(make_venv("0.5.9")), patches=patches, check_mode=True))
+    assert not res["failed"] and res["checks"] == {"compiled": True, "semantic": True}
+    assert res["forward"]["executed"] is False
+
+
+def test_names_and_summary():
+    assert F.expected_names([-1, 2, 30]) == TRAINED
+    assert F.forward_summary({"executed": True, "ok": True, "captured": {"eager": TRAINED}}) == EXECUTED
+
+
+# --------------------------------------------------------------- with torch
+
+
+@needs_torch
+@pytest.mark.parametrize("version", RELEASES)
+def test_engine_executes_the_capture_on_every_family(version, make_venv, patches, torch_python):
+    """present through the engine: patch (or native) and the executed capture."""
+    venv = make_venv(version)
+    start = time.monotonic()
+    res = E.run(request(venv, patches, torch_python))
+    assert not res["failed"], res["msg"]
+    fwd = res["forward"]
+    assert fwd["executed"] and fwd["ok"], fwd
+    assert fwd["summary"] == EXECUTED
+    assert fwd["captured"]["eager"] == TRAINED
+    if res["decision"] == "patch" and version < "0.5.14":
+        # Every patched release captures graphs: the graph state must hold the embedding too.
+        assert fwd["captured"]["graph"] == TRAINED
+    assert fwd["torch"].startswith("2.")
+    assert time.monotonic() - start < 120
+
+
+@needs_torch
+def test_check_mode_executes_the_would_be_texts(make_venv, patches, torch_python):
+    venv = make_venv("0.5.9")
+    before = (site(venv) / DS).read_bytes()
+    res = E.run(request(venv, patches, torch_python, check_mode=True))
+    assert not res["failed"] and res["forward"]["summary"] == EXECUTED
+    assert (site(venv) / DS).read_bytes() == before
+
+
+@needs_torch
+def test_unpatched_release_does_not_capture_the_embedding(make_venv, torch_python):
+    """The incident: 0.5.9 as installed feeds the draft other states (index 0 crashes on L)."""
+    venv = make_venv("0.5.9")
+    res = check(venv, torch_python, {})
+    assert res["executed"] and not res["ok"]
+    assert any("TypeError" in e for e in res["errors"]), res["errors"]
+
+
+def _mutate(texts, rel, old, new, count=1):
+    assert texts[rel].count(old) >= 1, "the mutation's anchor is gone from the release: %r" % old
+    out = dict(texts)
+    out[rel] = texts[rel].replace(old, new, count)
+    return out
+
+
+CLONE = "aux_hidden_states.append(hidden_states.clone())"
+APPEND_BLOCK = ("        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:\n"
+                "            aux_hidden_states.append(hidden_states.clone())\n")
+
+
+@needs_torch
+@pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9", "0.5.13"])
+def test_broken_patches_fail(version, make_venv, patches, torch_python):
+    venv = make_venv(version)
+    good = patched_texts(version, venv, patches)
+    assert check(venv, torch_python, good)["ok"]
+
+    no_clone = check(venv, torch_python, _mutate(good, DS, CLONE, "aux_hidden_states.append(hidden_states)"))
+    assert not no_clone["ok"] and "embedding" not in no_clone["captured"]["eager"]
+
+    moved = _mutate(good, DS, APPEND_BLOCK, "")
+    moved = _mutate(moved, DS, "        if normal_end_layer != self.end_layer:\n",
+                    APPEND_BLOCK + "        if normal_end_layer != self.end_layer:\n")
+    after_loop = check(venv, torch_python, moved)
+    assert not after_loop["ok"] and after_loop["captured"]["eager"][:2] == TRAINED[1:]
+
+    no_init = check(venv, torch_python, _mutate(good, DS, "        self.capture_embedding_for_eagle3 = False\n", ""))
+    assert not no_init["ok"]
+    assert any(e.startswith("plain:") and "capture_embedding_for_eagle3" in e for e in no_init["errors"])
+
+
+@needs_torch
+@pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9"])
+def test_missing_cuda_graph_companion_fails(version, make_venv, patches, torch_python):
+    """Without the companion the graphs are captured after the no-argument calls."""
+    venv = make_venv(version)
+    res = check(venv, torch_python, patched_texts(version, venv, patches, companion=False))
+    assert not res["ok"]
+    assert res["captured"]["graph"] == ["output of layer 1", "output of layer 29", "output of layer 57"]
+    assert res["captured"]["eager"] == TRAINED
+    assert any("CUDA-graph capture" in e and "defaults" in e for e in res["errors"])
+
+
+@needs_torch
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.17", "0.5.23"])
+def test_native_ids_off_by_one_fail(version, make_venv, torch_python):
+    venv = make_venv(version)
+    assert check(venv, torch_python, {}, "native", [0, 3, 31])["ok"]
+    low = check(venv, torch_python, {}, "native", [0, 2, 30])
+    assert not low["ok"] and low["captured"]["eager"] == ["embedding", "output of layer 1", "output of layer 29"]
+    high = check(venv, torch_python, {}, "native", [1, 4, 32])
+    assert not high["ok"] and "embedding" not in high["captured"].get("eager", [])
+    # The body-A ids on a native release: -1 is never reached (the packer counts it on 0.5.17+).
+    assert not check(venv, torch_python, {}, "native", [-1, 2, 30])["ok"]
+
+
+@needs_torch
+def test_failed_forward_check_restores_the_pristine_files(make_venv, patches, torch_python, monkeypatch):
+    """A failure after writing is a verification failure: the usual restore."""
+    venv = make_venv("0.5.9")
+    before = (site(venv) / DS).read_bytes()
+    broken = {k: v.replace(CLONE, "aux_hidden_states.append(hidden_states)") for k, v in patches.items()}
+    res = E.run(request(venv, broken, torch_python))
+    assert res["failed"] and "verification failed after writing" in res["msg"] and "forward:" in res["msg"]
+    assert (site(venv) / DS).read_bytes() == before
+
+
+# ------------------------------------------------------ the GPU-less test double
+
+DOUBLE = Path(__file__).resolve().parents[1] / "files" / "sglang_test_double" / "sglang_test_double.py"
+JUDGE = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("sglang_test_double", sys.argv[1])
+td = importlib.util.module_from_spec(spec); sys.modules["sglang_test_double"] = td; spec.loader.exec_module(td)
+w = td.judge_wiring(sys.argv[2], sys.argv[3], "EAGLE3", sys.argv[4], 61, sys.argv[5] == "1", 1,
+                    td.parse_trained_layers("embed,2,30"), harness_path=sys.argv[6] or None)
+print(json.dumps({"prefill": w.prefill, "decode": w.decode, "fatal": w.fatal, "match": w.matches_training,
+                  "notes": w.notes}))
+"""
+
+
+def judge(python, venv, version, ids, harness=True, disable_cuda_graph=False):
+    import json
+    draft = venv / "draft"
+    draft.mkdir(exist_ok=True)
+    (draft / "config.json").write_text(json.dumps({"eagle_config": {"use_aux_hidden_state": True,
+                                                                    "eagle_aux_hidden_state_layer_ids": ids}}))
+    proc = subprocess.run([python, "-c", JUDGE, str(DOUBLE), str(site(venv)), version, str(draft),
+                           "1" if disable_cuda_graph else "0", str(F_PATH) if harness else ""],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@needs_torch
+def test_test_double_judges_with_the_executed_capture(make_venv, patches, torch_python):
+    venv = make_venv("0.5.9")
+    # Pristine 0.5.9 with the body-A ids: capture index 0 meets residual None, executed.
+    dead = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert dead["fatal"].startswith("TypeError") and "(executed" in dead["fatal"]
+    assert any(n.startswith("forward EXECUTED") for n in dead["notes"])
+    assert not E.run(request(venv, patches, None))["failed"]  # patch + companion
+    good = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert good["match"] and good["decode"] == ["embed", "L2", "L30"], good
+
+
+@needs_torch
+def test_test_double_sees_graphs_without_the_companion(make_venv, patches, torch_python):
+    venv = make_venv("0.5.9")
+    path = site(venv) / DS
+    path.write_text(patched_texts("0.5.9", venv, patches, companion=False)[DS])
+    res = judge(torch_python, venv, "0.5.9", [-1, 2, 30])
+    assert res["prefill"] == ["embed", "L2", "L30"] and res["decode"] == ["L1", "L29", "L57"]
+    assert not res["match"]
+    assert judge(torch_python, venv, "0.5.9", [-1, 2, 30], disable_cuda_graph=True)["match"]
+
+
+@needs_torch
+def test_test_double_native_and_without_torch(make_venv, torch_python):
+    venv = make_venv("0.5.18")
+    assert judge(torch_python, venv, "0.5.18", [0, 3, 31])["match"]
+    packer = judge(torch_python, venv, "0.5.18", [-1, 2, 30])
+    assert not packer["match"] and "captured 2 of 3" in packer["fatal"]
+    # Without torch (this interpreter) it judges from the text, as before.
+    plain = judge(sys.executable, venv, "0.5.18", [0, 3, 31])
+    assert plain["match"] and not any(n.startswith("forward EXECUTED") for n in plain["notes"])
+
+
+# ------------------------------------------------------------------ the module
+
+
+def run_module(args, tmp_path):
+    """The module file run as __main__ the way AnsiballZ runs it on a host."""
+    import json
+    from conftest import COLLECTIONS_PATH, LAUNCHER, LIBRARY
+    pytest.importorskip("ansible")
+    argfile = tmp_path / "args.json"
+    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(LIBRARY), str(argfile)],
+                          capture_output=True, text=True, timeout=600)
+    return json.loads(proc.stdout)
+
+
+@needs_torch
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.18"])
+def test_module_reports_the_executed_capture_on_a_host_with_torch(version, make_venv, patches, tmp_path, torch_python):
+    """What the role does on a GPU host: the venv's python imports torch, the module runs
+    the check through its run_command and returns the line the report shows.
+    (Molecule's test bed has no torch; see README "Tests" for why this is proven here.)"""
+    venv = make_venv(version)
+    args = {"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk"), "python": torch_python}
+    out = run_module(args, tmp_path)
+    assert not out.get("failed"), out.get("msg")
+    assert out["forward"]["summary"] == EXECUTED and out["forward"]["executed"] is True
+    out = run_module(dict(args, python=sys.executable), tmp_path)  # a venv without torch
+    assert not out.get("failed") and out["forward"]["summary"] == "forward: not executed (no torch)"
+
+
+@needs_torch
+def test_module_fails_and_restores_when_the_forward_check_fails(make_venv, patches, tmp_path, torch_python):
+    """A patch that every other check passes (grep evidence, compile, semantic) but that feeds
+    the draft the wrong tensor: the clone is appended, popped and replaced by the uncloned
+    embedding, which layer 0's in-place norm overwrites. Only the executed check sees it."""
+    venv = make_venv("0.5.11")
+    before = (site(venv) / DS).read_bytes()
+    bad = dict(patches)
+    bad["body_a_loop"] = patches["body_a_loop"].replace(
+        "            aux_hidden_states.append(hidden_states.clone())\n",
+        "            aux_hidden_states.append(hidden_states.clone())\n"
+        "            aux_hidden_states.pop()\n            aux_hidden_states.append(hidden_states)\n")
+    assert bad["body_a_loop"] != patches["body_a_loop"]
+    out = run_module({"venv": str(venv), "patches": bad, "backup_dir": str(tmp_path / "bk"),
+                      "python": torch_python}, tmp_path)
+    assert out.get("failed") and "verification failed after writing" in out["msg"], out.get("msg")
+    assert "forward:" in out["msg"] and out["forward"]["ok"] is False
+    assert "append_embedding" not in out["msg"] and "compile" not in out["msg"]
+    assert out["forward"]["captured"]["eager"][0] != "embedding"
+    assert (site(venv) / DS).read_bytes() == before
+
+
+@needs_torch
+def test_cuda_graph_replay_needs_a_device(make_venv, torch_python):
+    """The replay path (scripts/check-cuda-graph-replay, GPU hosts) says so on a CPU-only torch."""
+    res = F.forward_check(torch_python, str(site(make_venv("0.5.18"))), "native", [-1, 2, 30], [0, 3, 31],
+                          run_command, replay_cuda_graph=True)
+    assert res["executed"] is False and "no CUDA device" in res["reason"]

@@ -1,0 +1,119 @@
+"""The per-host lease: who may take it, when it is stale, what the waiting run is told."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import COLLECTIONS_PATH
+
+from ansible_collections.fleetops.sglang.plugins.action import sglang_lease as action
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_lease as lease
+
+NOW = 1_796_128_100.0
+ME = {"run_id": "20261201T122800Z-remediate-200", "controller": "bastion-1", "user": "bob", "pid": 200,
+      "started": NOW - 20}
+OTHER = {"run_id": "20261201T122730Z-remediate-100", "controller": "bastion-2", "user": "alice", "pid": 100,
+         "started": NOW - 70, "taken_at": NOW - 60}
+
+
+def test_a_free_lease_is_taken_and_ones_own_is_kept():
+    assert lease.decide(None, ME, NOW, ttl=7200) == (lease.FREE, "")
+    assert lease.decide(dict(ME, taken_at=NOW - 5), ME, NOW, ttl=7200) == (lease.OURS, "")
+
+
+def test_a_fresh_lease_of_another_run_is_held():
+    assert lease.decide(OTHER, ME, NOW, ttl=7200) == (lease.HELD, "")
+
+
+def test_a_lease_older_than_the_ttl_is_stale():
+    verdict, why = lease.decide(OTHER, ME, NOW, ttl=30)
+    assert verdict == lease.STALE and "60s old" in why and "sglang_lock_ttl=30s" in why
+
+
+def test_takeover_applies_only_to_the_run_found_dead():
+    verdict, why = lease.decide(OTHER, ME, NOW, ttl=7200, takeover=OTHER["run_id"])
+    assert verdict == lease.STALE and "process 100 no longer exists on bastion-2" in why
+    # The holder changed since the controller looked: wait for the new one.
+    assert lease.decide(OTHER, ME, NOW, ttl=7200, takeover="someone-else")[0] == lease.HELD
+
+
+@pytest.mark.parametrize("text, problem", [("{not json", "not JSON"), ('{"user": "x"}', "names no run_id")])
+def test_an_unreadable_lease_names_why(text, problem):
+    holder, why = lease.parse(text)
+    assert holder is None and problem in why
+
+
+def test_the_message_names_run_controller_user_and_start_time():
+    msg = lease.held_message(OTHER, waited=300, now=NOW)
+    assert OTHER["run_id"] in msg and "alice@bastion-2" in msg and "controller pid 100" in msg
+    assert "run started 2026-12-01T12:27:10Z" in msg and "lease taken 2026-12-01T12:27:20Z (60s ago)" in msg
+    assert "Waited 300s (sglang_lock_timeout)" in msg
+
+
+def test_file_acquire_release_and_holding(tmp_path):
+    path = str(tmp_path / "state" / "lease.json")
+    ours = lease.LeaseFile(path)
+    got = ours.try_acquire(ME, NOW, ttl=7200)
+    assert got["acquired"] and got["previous"] is None
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(os.path.dirname(path)).st_mode & 0o777) == "0o700"
+    theirs = ours.try_acquire(OTHER, NOW + 1, ttl=7200)
+    assert not theirs["acquired"] and theirs["holder"]["run_id"] == ME["run_id"]
+    # Somebody else's release leaves the lease alone; ours removes it.
+    assert ours.release(OTHER)["released"] is False and os.path.exists(path)
+    assert ours.release(ME)["released"] is True and not os.path.exists(path)
+
+
+def test_a_stale_lease_is_taken_over_and_the_previous_holder_returned(tmp_path):
+    path = tmp_path / "lease.json"
+    path.write_text(json.dumps(dict(OTHER, taken_at=NOW - 10_000)))
+    got = lease.LeaseFile(str(path)).try_acquire(ME, NOW, ttl=7200)
+    assert got["acquired"] and got["previous"]["run_id"] == OTHER["run_id"] and "older than" in got["why"]
+    assert json.loads(path.read_text())["run_id"] == ME["run_id"]
+
+
+def test_acquire_waits_for_the_release(tmp_path):
+    path = str(tmp_path / "lease.json")
+    lease.LeaseFile(path).try_acquire(OTHER, time.time(), ttl=7200)
+    threading.Timer(0.6, lease.LeaseFile(path).release, args=(OTHER,)).start()
+    started = time.monotonic()
+    got = lease.LeaseFile(path).acquire(ME, ttl=7200, wait=10, poll=0.1)
+    assert got["acquired"] and 0.5 < time.monotonic() - started < 5
+
+
+def test_two_processes_racing_take_it_once(tmp_path):
+    """The guard makes read-decide-write atomic: of many takers at once, exactly one wins."""
+    path = str(tmp_path / "lease.json")
+    code = ("import sys, time; sys.path.insert(0, %r);"
+            "from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile;"
+            "r = LeaseFile(%r).try_acquire({'run_id': sys.argv[1]}, time.time(), 7200);"
+            "print(r['acquired'])") % (str(COLLECTIONS_PATH), path)
+    procs = [subprocess.Popen([sys.executable, "-c", code, "run-%d" % i], stdout=subprocess.PIPE, text=True)
+             for i in range(8)]
+    outcomes = [p.communicate()[0].strip() for p in procs]
+    assert outcomes.count("True") == 1, outcomes
+
+
+def test_a_local_holder_whose_process_is_gone_is_detected():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert action.local_process_gone(proc.pid, None) is True
+    me = os.getpid()
+    assert action.local_process_gone(me, action.process_started(me)) is False
+    # The pid reused by a process that started later is not the holder.
+    assert action.local_process_gone(me, action.process_started(me) - 3600) is True
+    assert action.local_process_gone("not a pid", None) is False
+
+
+def test_the_controller_names_itself_by_the_report_run(monkeypatch):
+    monkeypatch.setenv(action.RUN_ID_ENV, "%d:20261201T122800Z-remediate-%d" % (os.getppid(), os.getppid()))
+    holder = action.controller_holder()
+    assert holder["run_id"] == "20261201T122800Z-remediate-%d" % os.getppid() and holder["pid"] == os.getppid()
+    # A value inherited from a parent ansible-playbook is another run's: not used.
+    monkeypatch.setenv(action.RUN_ID_ENV, "1:parent-run")
+    assert action.controller_holder()["run_id"] != "parent-run"
