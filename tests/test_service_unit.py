@@ -126,7 +126,6 @@ def _render(**overrides) -> str:
     env.filters.update({"fleetops.sglang." + k: v for k, v in FilterModule().filters().items()})
     values = {"ansible_managed": "managed", "sglang_speculative_algorithm": "EAGLE3", "sglang_user": "sglang",
               "sglang_group": "sglang", "sglang_home": "/var/lib/sglang", "_sglang_env_path": "/etc/sglang/sglang.env",
-              "_sglang_state_directory": "sglang",
               "sglang_server_command": "/opt/sglang/venv/bin/python -m sglang.launch_server",
               "_sglang_args": ["--model-path", "/models/DeepSeek-V3"], "sglang_start_timeout": 1800,
               "sglang_model_path": "/models/DeepSeek-V3", "sglang_draft_model_path": "/models/DeepSeek-V3-EAGLE3",
@@ -178,10 +177,3 @@ def test_extra_directives_follow_the_role_s_own_in_their_section():
     service = _directives(text)
     assert service[-1] == "ProtectSystem" and service.count("ProtectSystem") == 2
     assert _directives(text, "Unit")[-1] == "After" and _directives(text, "Install")[-1] == "Alias"
-
-
-def test_a_home_under_var_lib_is_the_units_state_directory():
-    # systemd creates it and its cache at start, owned by the service's user: no directory task.
-    text = _render()
-    assert "\nStateDirectory=sglang sglang/cache\nStateDirectoryMode=0750\n" in text
-    assert "StateDirectory" not in _render(sglang_home="/srv/sglang", _sglang_state_directory="")
