@@ -15,6 +15,7 @@ from ansible_collections.fleetops.sglang.plugins.action import sglang_probe as a
 from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fastpath as fp  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as si  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as rows  # noqa: E402
 
 
 def spec() -> dict:
@@ -75,7 +76,7 @@ def test_controller_options_are_documented_and_accepted_by_the_module():
 
 
 def test_compliant_row_is_what_the_report_records_for_a_host_that_ends_at_its_probe():
-    row = fp.compliant_row("gpu-01", PROBE, FLAGS, audit=False, check_mode=False)
+    row = rows.probe_row("gpu-01", "0.5.9", PROBE, FLAGS, audit=False, check_mode=False)
     assert row["host"] == "gpu-01" and row["release"] == "0.5.9" and row["decision"] == "patch"
     assert row["family"] == "v2_loop" and row["file_state_before"] == "ours"
     assert row["evidence"] == [2634, 2978]
@@ -87,10 +88,10 @@ def test_compliant_row_is_what_the_report_records_for_a_host_that_ends_at_its_pr
 
 def test_a_live_finding_makes_the_row_noncompliant_and_names_it():
     probe = dict(PROBE, live={"reasons": ["live: accept length 1.2 < 2.5"]})
-    row = fp.compliant_row("gpu-01", probe, FLAGS, audit=True)
+    row = rows.probe_row("gpu-01", "0.5.9", probe, FLAGS, audit=True)
     assert row["compliant"] is False and row["drift"] == ["live: accept length 1.2 < 2.5"]
     assert row["mode"] == "audit"
-    assert fp.compliant_row("h", dict(PROBE, live=None), FLAGS, check_mode=True)["mode"] == "check"
+    assert rows.probe_row("h", "0.5.9", dict(PROBE, live=None), FLAGS, check_mode=True)["mode"] == "check"
 
 
 def test_only_a_compliant_host_on_the_fast_path_ends_at_its_probe():

@@ -35,6 +35,7 @@ except ImportError:  # older cores register ansible_facts from the result
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fastpath as _fastpath
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
 
 MODULE = "fleetops.sglang.sglang_probe"
 # Options this plugin consumes; the module on the host never receives them.
@@ -153,9 +154,9 @@ class ActionModule(ActionBase):
                     "num_draft_tokens": task_vars.get("sglang_speculative_num_draft_tokens"),
                 })
                 audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
-                facts = {"sglang_remediation": _fastpath.compliant_row(
-                    task_vars.get("inventory_hostname"), result, flags, audit=audit,
-                    check_mode=bool(self._task.check_mode or self._play_context.check_mode))}
+                facts = {"sglang_remediation": _rows.probe_row(
+                    task_vars.get("inventory_hostname"), str(args.get("expected_version")), result, flags,
+                    audit=audit, check_mode=bool(self._task.check_mode or self._play_context.check_mode))}
                 self._set_facts(facts)
                 result["ansible_facts"] = facts
         elif group:
