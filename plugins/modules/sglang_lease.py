@@ -27,7 +27,7 @@ description:
     the lease of a run whose process no longer exists on this controller, and fails the host with
     a message naming the holder when the wait runs out.
   - The lease itself is bookkeeping, not host state, so it never makes a call report C(changed). Its directory
-    is host state: O(state=acquired) creates it (0700, root's when run as root) or fixes its mode and owner, and
+    is host state, so O(state=acquired) creates it (0700, root's when run as root) or fixes its mode and owner, and
     reports C(changed) when it did.
 author:
   - SGLang remediation maintainers (@fleetops)
