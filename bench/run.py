@@ -11,6 +11,9 @@ Starts N systemd containers (default 50), then in one run:
   3. per-host remote module executions and changed counts, from the sglang_bench
      callback (not estimated).
 Timings are ratios within one run: the machines are shared and noisy.
+
+With --scale it measures the curve instead (see scale()): fleets of 10, 25, 50 and
+100 hosts, each against its own ping in the same run.
 """
 from __future__ import annotations
 
@@ -79,7 +82,16 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--forks", type=int, default=20)
     ap.add_argument("--keep", action="store_true", help="leave the containers running")
+    ap.add_argument("--prefix", default="sglang-bench", help="container names: PREFIX-1 .. PREFIX-N")
+    ap.add_argument("--scale", action="store_true",
+                    help="measure the scaling curve (--sizes) instead of the one-size benchmark")
+    ap.add_argument("--sizes", default="10,25,50,100", help="fleet sizes of --scale, comma-separated")
+    ap.add_argument("--reuse", action="store_true",
+                    help="--scale: keep the hosts of an earlier --keep run; only the smallest size's hosts start fresh")
     args = ap.parse_args()
+    if args.scale:
+        from scale import scale  # bench/scale.py, beside this file
+        return scale(args)
 
     CACHE.mkdir(parents=True, exist_ok=True)
     inv_dir = CACHE / "inventory"
@@ -95,8 +107,8 @@ def main() -> int:
     inv = ["-i", str(inv_dir)]
 
     log(f"removing any previous bench fleet, starting {args.hosts} fresh hosts")
-    subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", "sglang-bench"], cwd=ROOT, check=True)
-    subprocess.run([py, "testbed/testbed.py", "fleet-up", "--prefix", "sglang-bench", "--count", str(args.hosts),
+    subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=True)
+    subprocess.run([py, "testbed/testbed.py", "fleet-up", "--prefix", args.prefix, "--count", str(args.hosts),
                     "--group", "sglang", "--inventory", str(inventory)], cwd=ROOT, check=True)
     subprocess.run([str(ROOT / "scripts" / "wheelhouse"), str(ROOT / ".cache" / "wheelhouse"), "0.5.9"],
                    cwd=ROOT, check=True)
@@ -167,7 +179,7 @@ def main() -> int:
     (CACHE / "results.md").write_text(text)
     log(f"written to {CACHE / 'results.md'}; per-run logs in {CACHE / 'logs'}")
     if not args.keep:
-        subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", "sglang-bench"], cwd=ROOT, check=True)
+        subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=True)
     return 0 if ok else 1
 
 

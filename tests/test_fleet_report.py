@@ -49,8 +49,8 @@ def fact(host, **over):
     base = {"host": host, "release": "0.5.9", "decision": "patch", "file_state_before": "pristine",
             "sha256_before": "a" * 64, "sha256_after": "b" * 64, "evidence": [2634, 2721],
             "draft_layer_ids": [-1, 2, 30], "compliant": True, "restart_needed": True, "restarted": True,
-            "restart_reasons": ["unit changed"], "health": "ok", "accept_length": "3.556",
-            "tokens_per_s": "126.1", "speculative_flags": {"num_steps": 15, "eagle_topk": 1, "num_draft_tokens": 16},
+            "restart_reasons": ["unit changed"], "health": "ok", "accept_length": 3.556,
+            "tokens_per_s": 126.1, "speculative_flags": {"num_steps": 15, "eagle_topk": 1, "num_draft_tokens": 16},
             "error": "", "mode": "apply"}
     base.update(over)
     return {"ansible_facts": {"sglang_remediation": base}}

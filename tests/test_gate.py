@@ -110,3 +110,57 @@ def test_a_failing_live_request_fails_the_gate(tmp_path):
     assert res["msg"] == "live request 1 of 2 failed: HTTP 500 from http://127.0.0.1:%d/generate" % (
         server.server_address[1]), res["msg"]
     assert res["ready"] is True and res["info"] == {"version": "0.5.9"} and res["live"] == []
+
+
+EXPECTED = {"version": "0.5.9", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 15,
+            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
+
+
+def test_a_server_that_passes_records_its_fingerprint_in_the_same_call(tmp_path, run_double, real_059):
+    double = remediated_double(tmp_path, run_double, real_059)
+    unit = tmp_path / "sglang.service"
+    unit.write_text("[Service]\n")
+    state = tmp_path / "state" / "running.json"
+    args = dict(url="http://127.0.0.1:%d" % double.port, wait=30, delay=0.2, prompts=PROMPTS[:1],
+                expected=EXPECTED, accept_length_min=2.0,
+                record=dict(components={"unit": str(unit), "sglang": "value:abc"}, state_file=str(state)))
+    rc, res = run_module(GATE, tmp_path, args)
+    assert rc == 0, res
+    assert res["failures"] == [] and res["recorded"] is True and res["changed"] is True
+    import json, stat  # noqa: E401
+    doc = json.loads(state.read_text())
+    assert set(doc["components"]) == {"unit", "sglang"}
+    assert stat.S_IMODE(state.stat().st_mode) == 0o600 and stat.S_IMODE(state.parent.stat().st_mode) == 0o700
+    # The same fingerprint again: nothing to record.
+    rc, res = run_module(GATE, tmp_path, args)
+    assert rc == 0 and res["recorded"] is False and res["changed"] is False, res
+
+
+def test_a_server_that_fails_its_gate_says_why_and_records_nothing(tmp_path, run_double, real_059):
+    double = remediated_double(tmp_path, run_double, real_059)
+    state = tmp_path / "running.json"
+    rc, res = run_module(GATE, tmp_path, dict(
+        url="http://127.0.0.1:%d" % double.port, wait=30, delay=0.2, prompts=PROMPTS[:1],
+        expected=dict(EXPECTED, speculative_num_steps=9, version="0.5.14"), accept_length_min=50.0,
+        record=dict(components={"sglang": "value:abc"}, state_file=str(state))))
+    assert rc == 0, res
+    assert res["failures"][0] == "serves version 0.5.9 with steps/topk/draft tokens 15/1/16; expected 0.5.14 with 9/1/16."
+    assert "below sglang_accept_length_min=50.0" in res["failures"][1], res["failures"]
+    assert res["recorded"] is False and res["changed"] is False and not state.exists()
+
+
+def test_gate_failures_hold_what_is_expected_and_nothing_more():
+    from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import gate_failures
+    info = {"version": "0.5.9", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 15,
+            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
+    assert gate_failures(info, EXPECTED, 3.2, 2.5) == []
+    # A rollback holds the release only, and no accept length.
+    assert gate_failures(dict(info, speculative_num_steps=3), {"version": "0.5.9"}, None, 0) == []
+    assert gate_failures(info, {"version": "0.5.12"}, None, 0) == ["serves version 0.5.9, expected 0.5.12."]
+    # A setting the server does not report cannot be shown to run as rendered.
+    assert gate_failures(dict(info, speculative_eagle_topk=None), EXPECTED, 3.2, 0) == [
+        "serves version 0.5.9 with steps/topk/draft tokens 15/?/16; expected 0.5.9 with 15/1/16."]
+    assert gate_failures(dict(info, speculative_algorithm="NEXTN"), EXPECTED, 3.2, 0) != []
+    assert gate_failures(info, EXPECTED, None, 2.5) == [
+        "speculative decoding accepts ? tokens per step, below sglang_accept_length_min=2.5; the draft is probably"
+        " fed other hidden states than it was trained on."]

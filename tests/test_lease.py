@@ -117,3 +117,22 @@ def test_the_controller_names_itself_by_the_report_run(monkeypatch):
     # A value inherited from a parent ansible-playbook is another run's: not used.
     monkeypatch.setenv(action.RUN_ID_ENV, "1:parent-run")
     assert action.controller_holder()["run_id"] != "parent-run"
+
+
+def test_taking_the_lease_creates_the_state_directory_0700_or_fixes_its_mode(tmp_path):
+    state = tmp_path / "var" / "lib" / "sglang-remediation"
+    me = {"run_id": "r1", "pid": os.getpid()}
+    first = lease.LeaseFile(str(state / "lease.json"))
+    assert first.acquire(me, ttl=60, wait=0)["acquired"] is True
+    assert first.dir_changed is True and (state.stat().st_mode & 0o7777) == 0o700
+    first.release(me)
+    # As it should be: nothing to change (a rerun reports changed=false).
+    again = lease.LeaseFile(str(state / "lease.json"))
+    again.acquire(me, ttl=60, wait=0)
+    assert again.dir_changed is False
+    again.release(me)
+    # Someone loosened it: put back to 0700.
+    os.chmod(state, 0o755)
+    fixed = lease.LeaseFile(str(state / "lease.json"))
+    fixed.acquire(me, ttl=60, wait=0)
+    assert fixed.dir_changed is True and (state.stat().st_mode & 0o7777) == 0o700

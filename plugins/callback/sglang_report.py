@@ -20,6 +20,8 @@ description:
     any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
   - Only plays that apply the C(sglang) role (C(fleetops.sglang.sglang) or C(sglang)), or set the play variable
     C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
+  - A play with the variable C(_sglang_fleet_probe=true) (the playbooks' probe pass over every host) adds its hosts
+    without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
   - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
@@ -95,19 +97,10 @@ def plain(value: Any) -> Any:
 
 
 def as_bool(value: Any) -> bool:
-    """Facts templated from Jinja may arrive as "True"/"False" strings."""
+    """A play variable as Ansible's bool filter reads it (V(yes), V("true") and V(true) alike)."""
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "1")
     return bool(value)
-
-
-def as_number(value: Any) -> Optional[float]:
-    if value in (None, "", "None", "none"):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
 
 
 # The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
@@ -142,12 +135,11 @@ def new_row(host: str) -> Dict[str, Any]:
 
 def live_columns(live: Any) -> Dict[str, Any]:
     """The row's live fields from the role's reading (sglang_live.judge); empty when not read."""
-    if not isinstance(live, Mapping) or not as_bool(live.get("read", False)):
-        note = "not read" if live in (None, "", "None") else "server info unavailable"
+    if not isinstance(live, Mapping) or not live.get("read"):
+        note = "not read" if live is None else "server info unavailable"
         return {"live_accept_length": None, "live_source": note, "live_settings": {}, "live_notes": []}
-    value = as_number(live.get("accept_length"))
     return {
-        "live_accept_length": value,
+        "live_accept_length": live.get("accept_length"),
         "live_source": live.get("accept_length_source") or "not reported by this release",
         "live_settings": dict(live.get("settings") or {}),
         "live_notes": list(live.get("notes") or []),
@@ -332,23 +324,15 @@ class CallbackModule(CallbackBase):
         return self.rows[host]
 
     def _absorb_fact(self, host: str, fact: Mapping) -> None:
+        # The row is built typed by plugins/module_utils/sglang_rows.py: taken as it is.
         fact = plain(fact)
         row = self._row(host)
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
-                    "companion", "health", "mode", "forward"):
+                    "companion", "health", "mode", "forward", "evidence", "draft_layer_ids", "restart_reasons",
+                    "drift", "server_args_warnings", "rollback", "speculative_flags", "compliant",
+                    "restart_needed", "restarted", "rolled_back", "accept_length", "tokens_per_s"):
             if key in fact:
-                row[key] = fact[key] if fact[key] not in (None, "None") else ""
-        for key in ("evidence", "draft_layer_ids", "restart_reasons", "drift", "server_args_warnings", "rollback"):
-            if isinstance(fact.get(key), list):
                 row[key] = fact[key]
-        if isinstance(fact.get("speculative_flags"), dict):
-            row["speculative_flags"] = fact["speculative_flags"]
-        for key in ("compliant", "restart_needed", "restarted", "rolled_back"):
-            if key in fact:
-                row[key] = as_bool(fact[key])
-        for key in ("accept_length", "tokens_per_s"):
-            if key in fact:
-                row[key] = as_number(fact[key])
         if "live" in fact:
             row.update(live_columns(fact["live"]))
         if fact.get("error"):
@@ -381,7 +365,8 @@ class CallbackModule(CallbackBase):
         # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
         roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
         flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
-        self.in_fleet_play = "sglang" in roles or flagged
+        probe_pass = as_bool((play.vars or {}).get("_sglang_fleet_probe", False))
+        self.in_fleet_play = "sglang" in roles or flagged or probe_pass
         if not self.in_fleet_play:
             return
         if as_bool((play.vars or {}).get("sglang_audit", False)):
@@ -393,6 +378,12 @@ class CallbackModule(CallbackBase):
         batch = [h.get_name() for h in inventory.get_hosts(pattern)]
         for host in everyone:
             self._row(host)
+        if probe_pass or not batch:
+            # The fleet's probe pass (every host at once) is not a batch: a compliant host
+            # ends there, the others stay "not reached" until their batch starts. Nor is
+            # the rollout play when every host ended at its probe (no host left).
+            self._write()
+            return
         self.batches += 1
         for host in batch:
             row = self._row(host)

@@ -110,11 +110,24 @@ class LeaseFile:
     def __init__(self, path: str) -> None:
         self.path = path
         self.guard = path + ".guard"
+        # Whether this process created the directory or fixed its mode or owner.
+        self.dir_changed = False
 
     def _ensure_dir(self) -> None:
+        """The lease's directory (the role's sglang_state_dir, which holds the backups and the
+        fingerprint too): 0700 and, when run as root, root's. Taking the lease is the first
+        write of a run, so no task of its own creates it."""
         directory = os.path.dirname(self.path) or "."
-        # sglang_state_dir is root's and 0700 (install.yml); the lease may come before it.
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            self.dir_changed = True
+        st = os.stat(directory)
+        if st.st_mode & 0o7777 != 0o700:
+            os.chmod(directory, 0o700)
+            self.dir_changed = True
+        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (0, 0):
+            os.chown(directory, 0, 0)
+            self.dir_changed = True
 
     def read(self) -> Tuple[Optional[Dict[str, Any]], str]:
         try:

@@ -155,6 +155,49 @@ def settings_differences(running: Dict[str, Any], expected: Dict[str, Any]) -> T
     return diffs, notes
 
 
+# What the gate holds a restarted server to (sglang_gate's ``expected``), in this order.
+GATE_SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                 "speculative_num_draft_tokens")
+
+
+def gate_failures(info: Dict[str, Any], expected: Dict[str, Any], accept_length: Optional[float],
+                  accept_length_min: float) -> List[str]:
+    """Why a restarted server fails its gate; empty when it passes (then its fingerprint is recorded).
+
+    ``info``: its server info before the live requests. ``expected``: the release
+    (``version``) and, unless a rollback, the rendered speculative settings; a setting
+    the server does not report fails (it cannot be shown to run what was rendered).
+    ``accept_length_min`` > 0 also holds the measured accept length to it.
+    """
+    failures: List[str] = []
+    have = {name: info.get(name) for name in ("version",) + GATE_SETTINGS}
+    held = [name for name in GATE_SETTINGS if name in expected]
+
+    def differs(name: str) -> bool:
+        if name in ("version", "speculative_algorithm"):
+            return str(have[name]) != str(expected[name])
+        try:
+            return int(have[name]) != int(expected[name])
+        except (TypeError, ValueError):
+            return True
+
+    def text(value: Any) -> str:
+        return "?" if value is None else str(value)
+
+    if "version" in expected and (differs("version") or any(differs(n) for n in held)):
+        if held:
+            failures.append("serves version %s with steps/topk/draft tokens %s; expected %s with %s." % (
+                text(have["version"]), "/".join(text(have[n]) for n in GATE_SETTINGS[1:]), expected["version"],
+                "/".join(text(expected.get(n)) for n in GATE_SETTINGS[1:])))
+        else:
+            failures.append("serves version %s, expected %s." % (text(have["version"]), expected["version"]))
+    if accept_length_min > 0 and (accept_length is None or accept_length < accept_length_min):
+        failures.append("speculative decoding accepts %s tokens per step, below sglang_accept_length_min=%s; the "
+                        "draft is probably fed other hidden states than it was trained on." % (
+                            text(accept_length), accept_length_min))
+    return failures
+
+
 def judge(info: Optional[Dict[str, Any]], endpoint: str, error: str, answers: Sequence[Any],
           expected: Dict[str, Any], accept_length_min: float, probe_error: str = "") -> Dict[str, Any]:
     """The live reading and its verdict, from what was fetched; pure, so it is tested without a server.

@@ -1,24 +1,196 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet report's rows, read as data (plain dicts, no Ansible objects).
+"""The fleet report's rows: built here, once, and read as data (plain dicts).
 
-Each host's row is the ``sglang_remediation`` fact the role sets (tasks/probe.yml
-on the fast path, tasks/report.yml otherwise). Functions here take rows as
-plain dicts so the playbooks' filters, an action plugin and the tests share them.
+Each host's row is the ``sglang_remediation`` fact. It is built by
+:func:`remediation_row` from the structured results of the run (the engine's,
+the draft config's, the unit and environment templates', the fingerprint's, the
+gate's), both for a host that ends at its probe (the probe's action plugin,
+:func:`probe_row`) and at the end of the role (tasks/report.yml, through the
+``remediation_row`` filter). Its flags are bools and its numbers floats or None
+from here on: the callback, the textfile and audit.yml read them as they are.
 Standard library only.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+import json
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 
-def is_true(value: Any) -> bool:
-    """A row's flag as Ansible's ``bool`` filter reads it (a fact given with -e is a string)."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "on", "1", "y", "t")
-    return bool(value)
+def run_mode(audit: bool, check_mode: bool) -> str:
+    """The report's mode column: audit, check or apply."""
+    if audit:
+        return "audit"
+    return "check" if check_mode else "apply"
+
+
+def _result(value: Any) -> Mapping[str, Any]:
+    """A registered result as a mapping ({} when the task did not run or registered nothing)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: Any) -> Optional[float]:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def server_args_warnings(parse: Any) -> List[str]:
+    """What SGLang itself logged while resolving the rendered flags (the parser run's JSON)."""
+    parse = _result(parse)
+    if parse.get("rc", -1) not in (0, 4):
+        return []
+    try:
+        doc = json.loads(parse.get("stdout") or "")
+    except ValueError:
+        return []
+    return list(doc.get("warnings") or []) if isinstance(doc, Mapping) else []
+
+
+def remediation_row(
+    host: str,
+    wanted_release: str,
+    *,
+    fix: Any = None,
+    draft: Any = None,
+    unit: Any = None,
+    environment: Any = None,
+    fingerprint: Any = None,
+    gate: Any = None,
+    live_metrics: Any = None,
+    probe_live: Any = None,
+    parse: Any = None,
+    speculative_flags: Optional[Mapping[str, Any]] = None,
+    restarted: bool = False,
+    rolled_back: bool = False,
+    rollback: Optional[Sequence[str]] = None,
+    error: str = "",
+    audit: bool = False,
+    check_mode: bool = False,
+    service_manage: bool = True,
+    textfile: Any = None,
+) -> Dict[str, Any]:
+    """A host's fleet report row from the run's structured results.
+
+    ``fix``: sglang_eagle3's result (or the probe's, for a host that ends there);
+    ``draft``, ``unit``, ``environment``: sglang_draft_config's and the two template
+    tasks' results; ``fingerprint``: sglang_fingerprint's compare; ``gate``: sglang_gate's
+    result after a restart this run; ``live_metrics``: the gate's accept length and
+    throughput; ``probe_live``: the probe's reading of the server that ran before
+    this run; ``parse``: the server-args parser run. A task that did not run passes
+    None (or its skipped result). ``restarted``: the one "restart needed" fact the
+    restart transaction acted on.
+    """
+    fix, draft, unit, environment = _result(fix), _result(draft), _result(unit), _result(environment)
+    fingerprint, gate, live_metrics = _result(fingerprint), _result(gate), _result(live_metrics)
+    restarted, dry = bool(restarted), bool(audit) or bool(check_mode)
+
+    # In check mode nothing was written, so the fingerprint still matches: name what would change.
+    pending: List[str] = []
+    if check_mode and not audit and service_manage:
+        pending = [text for result, text in (
+            (fix, "SGLang source would change"), (draft, "draft config would change"),
+            (unit, "unit would change"), (environment, "environment would change")) if result.get("changed")]
+
+    # The freshest live reading: the gate's after a restart this run, else the probe's
+    # (taken before this run changed anything, of the server that still runs).
+    if "reading" in gate:
+        live = gate["reading"]
+    else:
+        live = None if restarted else probe_live
+
+    # What is not yet as it should be (after this run; in check/audit mode, now).
+    drift: List[str] = []
+    if fix.get("release", "") != wanted_release:
+        drift.append("sglang %s installed, %s wanted" % (fix.get("release", "?"), wanted_release))
+    if not fix.get("compliant", False):
+        drift.append("SGLang source not remediated")
+    if "compliant" in draft and not draft["compliant"] and dry:
+        drift.append("draft config layer ids")
+    if dry and unit.get("changed"):
+        drift.append("unit file")
+    if dry and environment.get("changed"):
+        drift.append("service environment")
+    if fingerprint.get("restart_needed") and not restarted:
+        drift.append("running server differs from the files")
+    drift += list(_result(live).get("reasons") or [])
+
+    if gate:
+        health = "ok" if gate.get("status", 0) == 200 else "failed"
+    else:
+        health = "not checked"
+    forward = fix.get("forward")
+    companion = fix.get("companion")
+    row = {
+        "host": host,
+        "release": fix.get("release", wanted_release),
+        "decision": fix.get("decision", "pending-install" if check_mode else "unknown"),
+        "family": fix.get("family") or "",
+        "compliant": not drift and not error,
+        "file_state_before": fix.get("file_state_before") or "",
+        "sha256_before": fix.get("sha256_before") or "",
+        "sha256_after": fix.get("sha256_after") or "",
+        "evidence": [e.get("line") for e in fix.get("evidence") or [] if isinstance(e, Mapping)],
+        # The forward-capture check's line: "forward: embedding, L2, L30 (executed)" or why it did not run.
+        "forward": (forward.get("summary") or "") if isinstance(forward, Mapping) else "",
+        "companion": (companion.get("template") or "") if isinstance(companion, Mapping) else "",
+        "draft_layer_ids": list(draft.get("layer_ids_after", fix.get("draft_layer_ids")) or []),
+        "speculative_flags": dict(speculative_flags or {}),
+        "restart_needed": bool(fingerprint.get("restart_needed")) or bool(pending),
+        "restart_reasons": list(fingerprint.get("reasons") or []) + pending,
+        "restarted": restarted,
+        "rolled_back": bool(rolled_back),
+        "rollback": list(rollback or []),
+        "health": health,
+        "accept_length": _number(live_metrics.get("accept_length")),
+        "tokens_per_s": _number(live_metrics.get("tokens_per_s")),
+        "check_mode": bool(check_mode),
+        "mode": run_mode(audit, check_mode),
+        "drift": drift,
+        "server_args_warnings": server_args_warnings(parse),
+        "live": live,
+        "error": error or "",
+    }
+    if textfile is not None:
+        row["textfile"] = textfile
+    return row
+
+
+def probe_row(host: str, wanted_release: str, probe: Mapping[str, Any], speculative_flags: Mapping[str, Any],
+              audit: bool = False, check_mode: bool = False) -> Dict[str, Any]:
+    """The row of a host that ends at its probe (the probe's action plugin sets it).
+
+    Its files are as they should be (the run ends here): the probe's engine result
+    stands for the remediation's, and what the running server shows (the live
+    reading's reasons) decides whether it is compliant.
+    """
+    fix = dict(_result(probe.get("eagle3")), release=probe.get("release"), decision=probe.get("decision"),
+               draft_layer_ids=probe.get("draft_layer_ids"), compliant=True)
+    return remediation_row(host, wanted_release, fix=fix, probe_live=probe.get("live"),
+                           speculative_flags=speculative_flags, audit=audit, check_mode=check_mode,
+                           textfile=probe.get("textfile"))
+
+
+def stopped_row(fix: Any, probe: Any, failed_task: Optional[str]) -> Dict[str, Any]:
+    """What the textfile of a run that stopped before its report says (host.yml's always)."""
+    fix, probe = _result(fix), _result(probe)
+    return {
+        "compliant": False,
+        "release": fix.get("release", probe.get("release", "")),
+        "decision": fix.get("decision", probe.get("decision", "")),
+        "family": fix.get("family", ""),
+        "draft_layer_ids": [],
+        "drift": [],
+        "live": probe.get("live"),
+        "restarted": False,
+        "rolled_back": False,
+        "error": "the run stopped at: %s" % (failed_task or "an earlier task"),
+    }
 
 
 def noncompliant(rows: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
@@ -30,7 +202,7 @@ def noncompliant(rows: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
     out: List[str] = []
     for host, row in rows.items():
         row = row or {}
-        if is_true(row.get("compliant", False)):
+        if row.get("compliant") is True:
             continue
         drift = "; ".join(str(d) for d in row.get("drift") or [])
         out.append("%s is not compliant: %s %s" % (host, drift, row.get("error") or ""))

@@ -3,9 +3,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a running SGLang server was started from: fingerprint hashing and comparison.
 
-Shared by the ``sglang_fingerprint`` module (which records and compares) and the
-``sglang_probe`` module (which compares as part of its one-call compliance check),
-so both hash a component in exactly the same way. Standard library only; must run
+Shared by the ``sglang_fingerprint`` module (which compares, and records after a
+rollback), the ``sglang_gate`` module (which records once the restart passed its
+gate, in the same call) and the ``sglang_probe`` module (which compares as part of
+its one-call compliance check), so all hash a component in exactly the same way. Standard library only; must run
 under any host ``python3`` from 3.9.
 """
 
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
 
 
 def component_hash(spec: str) -> str:
@@ -40,6 +44,20 @@ def load_recorded(path: str) -> Dict[str, Any]:
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+
+
+def record(path: str, components: Dict[str, Any], check_mode: bool = False) -> bool:
+    """Record the fingerprint of what runs now (after a healthy start); True when it changed.
+
+    Private to root: 0600 in a 0700 directory. Check mode only says whether it would change.
+    """
+    current = current_fingerprint(components)
+    if load_recorded(path).get("components") == current:
+        return False
+    if not check_mode:
+        atomic_write(path, json.dumps({"components": current, "recorded_at": int(time.time())}, indent=2,
+                                      sort_keys=True) + "\n", mode=0o600, dir_mode=0o700)
+    return True
 
 
 def changed_components(current: Dict[str, str], recorded: Dict[str, Any]) -> Optional[List[str]]:

@@ -18,8 +18,9 @@ description:
     the service is not active. Whether an earlier task reported "changed" plays no part, so an
     interrupted run (patched but not restarted) is restarted by the rerun, and a compliant host
     is never restarted.
-  - O(state=record) writes the current fingerprint; the role calls it only after the health
-    gates pass.
+  - O(state=record) writes the current fingerprint. The role records through M(fleetops.sglang.sglang_gate)'s
+    O(fleetops.sglang.sglang_gate#module:record) instead, in the gate's own call, once the restart passed it;
+    both write with the same code (C(module_utils/sglang_runstate.record)).
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
@@ -132,23 +133,15 @@ active:
   sample: false
 """
 
-import json
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
     changed_components,
     current_fingerprint,
     describe,
     load_recorded,
+    record,
     service_active,
 )
-
-
-def write_atomic(path: str, data: dict) -> None:
-    """The recorded fingerprint, private to root (0600 in a 0700 directory)."""
-    atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n", mode=0o600, dir_mode=0o700)
 
 
 def main() -> None:
@@ -170,10 +163,7 @@ def main() -> None:
     result = dict(changed=False, current=current, recorded=recorded.get("components", {}),
                   active=active, changed_components=changed, reasons=reasons, restart_needed=bool(reasons))
     if p["state"] == "record":
-        if recorded.get("components") != current:
-            result["changed"] = True
-            if not module.check_mode:
-                write_atomic(p["state_file"], {"components": current, "recorded_at": int(time.time())})
+        result["changed"] = record(p["state_file"], p["components"], module.check_mode)
         result["restart_needed"] = False
         result["reasons"] = []
         result["changed_components"] = []

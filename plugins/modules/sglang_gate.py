@@ -24,10 +24,14 @@ description:
   - One call does what four M(ansible.builtin.uri) tasks and a loop would, on the host, so polling and requests cost
     no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
     prints a line per O(wait) seconds instead of hanging silently.
-  - Returns RV(ready=false) (not failed) while the server is not healthy yet; judging the answers
-    (release, speculative settings, accept length) is left to the role's assertions.
+  - Returns RV(ready=false) (not failed) while the server is not healthy yet. Once it is, RV(failures) says
+    why it does not pass the gate (release and speculative settings against O(expected), the measured accept
+    length against O(accept_length_min)); the role fails the host on any.
+  - With O(record), a server that passes records the fingerprint of what it runs (as
+    M(fleetops.sglang.sglang_fingerprint) with C(state=record) would) in this same call, so a restart costs
+    no extra remote call for its bookkeeping.
   - Fails when the server is healthy but C(/get_server_info) or a live request does not answer 200 with a JSON object.
-  - Reads only; the generation requests are the live check itself.
+  - Reads only, but for O(record); the generation requests are the live check itself.
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
@@ -76,14 +80,41 @@ options:
     type: dict
     default: {}
   accept_length_min:
-    description: An accept length below this is a finding in RV(reading); V(0) turns that off.
+    description: An accept length below this (or none measured) is a gate failure, and a finding in RV(reading); V(0) turns that off.
     type: float
     default: 0
+  record:
+    description:
+      - Where and what to record once the server passed the gate (no RV(failures)); nothing is recorded otherwise.
+    type: dict
+    suboptions:
+      components:
+        description: Component name to a file path or C(value:<text>), as M(fleetops.sglang.sglang_fingerprint) takes them.
+        type: dict
+        required: true
+      state_file:
+        description: The fingerprint file (JSON, 0600, created with its 0700 directory).
+        type: path
+        required: true
 seealso:
   - module: fleetops.sglang.sglang_probe
 """
 
 RETURN = r"""
+failures:
+  description:
+    - Why the server does not pass the gate, one sentence each; empty when it passes.
+    - The release or a speculative setting of O(expected) that differs (or is not reported), an accept length below
+      O(accept_length_min) or none measured.
+  type: list
+  elements: str
+  returned: when ready
+  sample: ["serves version 0.5.9 with steps/topk/draft tokens 3/1/4; expected 0.5.9 with 15/1/16."]
+recorded:
+  description: Whether this call recorded a new fingerprint (V(false) when it was the same, or nothing was recorded).
+  type: bool
+  returned: when ready
+  sample: true
 ready:
   description: The server answered C(/health_generate) with 200 within O(wait).
   type: bool
@@ -192,8 +223,9 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, judge, tokens_per_s
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, gate_failures, judge, tokens_per_s
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request as request
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import record
 
 
 def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep):
@@ -221,6 +253,10 @@ def main():
             max_new_tokens=dict(type="int", default=64, no_log=False),
             expected=dict(type="dict", default={}),
             accept_length_min=dict(type="float", default=0),
+            record=dict(type="dict", options=dict(
+                components=dict(type="dict", required=True),
+                state_file=dict(type="path", required=True),
+            )),
         ),
         supports_check_mode=True,
     )
@@ -256,6 +292,11 @@ def main():
     result["accept_length"] = result["reading"]["accept_length"]
     result["accept_length_source"] = result["reading"]["accept_length_source"]
     result["tokens_per_s"] = tokens_per_s(live)
+    result["failures"] = gate_failures(info, p["expected"], result["accept_length"], p["accept_length_min"])
+    result["recorded"] = False
+    if p["record"] and not result["failures"]:
+        result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+        result["changed"] = result["recorded"]
     module.exit_json(**result)
 
 

@@ -26,7 +26,9 @@ description:
     user, pid, start of the run), turns O(wait) into a wait of up to O(timeout) seconds, takes over
     the lease of a run whose process no longer exists on this controller, and fails the host with
     a message naming the holder when the wait runs out.
-  - The lease is bookkeeping, not host state, so no call reports C(changed).
+  - The lease itself is bookkeeping, not host state, so it never makes a call report C(changed). Its directory
+    is host state, so O(state=acquired) creates it (0700, root's when run as root) or fixes its mode and owner, and
+    reports C(changed) when it did.
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
@@ -44,7 +46,8 @@ options:
   path:
     description:
       - The lease file (the role uses C(<sglang_state_dir>/lease.json)); C(<path>.guard) is the flock
-        guard. The directory is created (0700) when missing.
+        guard. O(state=acquired) creates the directory (0700) when missing; the role needs no task of its own for
+        it.
     type: path
     required: true
   state:
@@ -181,6 +184,7 @@ def main() -> None:
         result.update(lease.release(me))
     else:
         result.update(lease.acquire(me, ttl=p["ttl"], wait=p["wait"], takeover=p["takeover"]))
+        result["changed"] = lease.dir_changed
         why = result.pop("why", "")
         result["waited"] = round(time.time() - started, 1)
         if result["acquired"] and why:

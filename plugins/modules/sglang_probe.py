@@ -33,11 +33,25 @@ description:
   - Changes nothing on the host but, with O(memo_write), its audit memo and, with O(textfile),
     that file (and never the state dir); the only subprocess is one C(systemctl is-active), and
     only with O(service_manage).
+  - "An action plugin does the fast path's controller-side work in the same task, so that a compliant host
+    costs one task: with O(role_checks) it checks the role's variables first (as the role's argument
+    validation and its preflight task do, with the same rules and messages); it renders O(files) given as a
+    C(template) and sends only their sha256; with O(report) it returns a compliant host's fleet report row;
+    with O(needs_work_group) it puts a host that needs more than the probe in that group. These options never
+    reach the host."
 author:
   - SGLang remediation maintainers (@fleetops)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
 attributes:
+  action:
+    support: full
+    details: The controller-side options (O(role_checks), O(report), O(needs_work_group), O(fast_path)) are handled there.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
   check_mode:
     support: full
     details:
@@ -92,6 +106,8 @@ options:
     description:
       - Name to C({path, sha256}) of files rendered on the controller (unit, environment file).
         Only the hash is passed, never the content.
+      - C({path, template}) instead names a template of the calling role; the action plugin renders it on
+        the controller (as the template lookup and the template task do) and passes its sha256.
       - Checked only with O(service_manage=true).
     type: dict
     default: {}
@@ -211,6 +227,32 @@ options:
         description: Label of the run in C(sglang_remediation_info).
         type: str
         default: remediate
+  role_checks:
+    description:
+      - Controller side (action plugin), before anything is rendered or sent to the host. Checks the calling
+        role's variables against its C(meta/argument_specs.yml) (entry point C(main), as the role's own
+        argument validation does) and then against the role's input rules
+        (C(plugins/module_utils/sglang_inputs.py), the function its preflight task calls), failing with the
+        same messages.
+    type: bool
+    default: false
+  report:
+    description:
+      - Controller side (action plugin). When the host ends at the probe (compliant, O(fast_path)), return its
+        fleet report row as the C(sglang_remediation) fact, the one the role's report task sets for other hosts.
+    type: bool
+    default: false
+  needs_work_group:
+    description:
+      - Controller side (action plugin). A host that needs more than the probe (not compliant, or
+        O(fast_path=false)) joins this inventory group, as M(ansible.builtin.group_by) would.
+    type: str
+  fast_path:
+    description:
+      - Controller side (action plugin). V(false) sends every host through the full role (C(sglang_fast_path));
+        the probe then runs only for the live reading (O(live)), and no remote call is made without it.
+    type: bool
+    default: true
 notes:
   - The probe never fails on a non-compliant host; it returns RV(compliant=false) with RV(reasons), and
     fails only on inputs that cannot work (invalid O(layer_ids), a target that is not a DeepSeek model,
@@ -463,6 +505,23 @@ textfile:
   type: str
   returned: always
   sample: /var/lib/prometheus/node-exporter/sglang_remediation.prom
+probed:
+  description: V(false) when the action plugin made no remote call (O(fast_path=false) without O(live)).
+  type: bool
+  returned: when no remote call was made
+  sample: false
+ansible_facts:
+  description: Facts set on the controller by the action plugin.
+  type: dict
+  returned: with O(report), when the host ends at the probe
+  contains:
+    sglang_remediation:
+      description:
+        - The host's fleet report row (host, release, decision, family, compliant, draft ids, drift, live
+          reading, ...), the fact the role's report task sets for a host that needs work.
+        - Its C(compliant) is V(false) only for live findings (RV(live)).
+      type: dict
+      sample: {host: gpu-01, release: 0.5.9, decision: patch, compliant: true, drift: [], mode: apply}
 """
 
 EXAMPLES = r"""
@@ -516,6 +575,23 @@ EXAMPLES = r"""
       path: /var/lib/prometheus/node-exporter/sglang_remediation.prom
       state_file: /var/lib/sglang-remediation/metrics-state.json
       mode: audit
+  register: probe
+
+# Inside a role: the role's variables checked first, the unit rendered on the controller,
+# a compliant host's report row returned, the others grouped for the rollout play.
+- name: Probe the host in the fleet's single pass
+  fleetops.sglang.sglang_probe:
+    venv: /opt/sglang/venv
+    expected_version: "0.5.9"
+    patches: "{{ rendered_patches }}"
+    draft_config: /models/DeepSeek-V3-EAGLE3/config.json
+    files:
+      unit:
+        path: /etc/systemd/system/sglang.service
+        template: sglang.service.j2
+    role_checks: true
+    report: true
+    needs_work_group: sglang_needs_work
   register: probe
 
 - name: Only audit the SGLang files (the service is not managed here)
@@ -769,6 +845,11 @@ def main():
                 request_timeout=dict(type="float", default=30),
                 generate_timeout=dict(type="float", default=120),
             )),
+            # Consumed by the action plugin on the controller, never sent here (documented for it).
+            role_checks=dict(type="bool", default=False),
+            report=dict(type="bool", default=False),
+            needs_work_group=dict(type="str"),
+            fast_path=dict(type="bool", default=True),
             textfile=dict(type="dict", options=dict(
                 path=dict(type="path", required=True),
                 state_file=dict(type="path", required=True),

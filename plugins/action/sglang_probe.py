@@ -1,0 +1,164 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin of fleetops.sglang.sglang_probe: the whole fast path in one task per host.
+
+Ansible forks a worker per host for every task, controller-only tasks included, so a
+compliant host's cost is its task count. This action does the controller-side work
+of the fast path in the probe's own worker, around the one remote call:
+
+1. with ``role_checks``, the role's variables are checked before anything is rendered:
+   against meta/argument_specs.yml (entry point main, as the role's own validation
+   task does) and against the input rules of plugins/module_utils/sglang_inputs.py,
+   the same function, and so the same messages, as the preflight task;
+2. ``files.<name>.template`` is rendered here (the template lookup, as the template
+   task would) and only its sha256 goes to the host;
+3. the module runs on the host (one call, as without this plugin);
+4. with ``report``, a compliant host gets its fleet report row (the
+   ``sglang_remediation`` fact); with ``needs_work_group``, a host that needs more joins
+   that group, which the rollout play targets.
+"""
+from __future__ import annotations
+
+import hashlib
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.text.converters import to_bytes
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+from ansible.plugins.loader import lookup_loader
+from ansible.utils.vars import combine_vars
+
+try:  # ansible-core 2.21: facts of an action at set_fact's precedence, not the fact cache
+    from ansible.plugins.action import VariableLayer
+except ImportError:  # older cores register ansible_facts from the result
+    VariableLayer = None
+
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fastpath as _fastpath
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
+
+MODULE = "fleetops.sglang.sglang_probe"
+# Options this plugin consumes; the module on the host never receives them.
+CONTROLLER_OPTIONS = ("role_checks", "report", "needs_work_group", "fast_path")
+
+
+def spec_errors(spec, values):
+    """What the role's own argument validation (validate_argument_spec) would refuse.
+
+    ``values``: the role's variables that the spec names, already templated.
+    """
+    validator = ArgumentSpecValidator(spec)
+    try:
+        result = validator.validate(values, validate_role_argument_spec=True)
+    except TypeError:  # ansible-core without role-spec mode
+        result = validator.validate(values)
+    return list(result.error_messages)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    @classmethod
+    def finalize_task_arg(cls, name, value, templar, context):
+        """Leave the arguments as written: run() templates them after the role checks.
+
+        A bad variable is then refused with its preflight message, not by the first
+        argument expression it breaks (ansible-core 2.21; older cores template first).
+        """
+        return value
+
+    def _role_values(self, names, task_vars):
+        """The named variables as the role sees them (templated), absent ones left out."""
+        return self._templar.template({n: task_vars[n] for n in names if n in task_vars})
+
+    def _role_errors(self, task_vars):
+        """(message, errors) of the role's two checks, the first that fails; (None, []) when both pass."""
+        role = self._task._role
+        if role is not None:
+            specs = role._get_role_argspecs() or {}
+            spec = (specs.get("main") or {}).get("options") or {}
+            if spec:
+                values = combine_vars(self._role_values(spec, task_vars), getattr(role, "_role_params", {}) or {})
+                errors = spec_errors(spec, values)
+                if errors:
+                    return "Validation of arguments failed:\n%s" % "\n".join(errors), errors
+        names = [n for n in task_vars if n.startswith("sglang_")]
+        values = self._role_values(names, task_vars)
+        prompts = self._templar.template(task_vars.get("_sglang_live_prompts", []))
+        errors = _inputs.variable_errors(dict(values), live_prompts=len(prompts or []) or _inputs.LIVE_PROMPTS)
+        if errors:
+            return " ".join(errors), errors
+        return None, []
+
+    def _render_sha256(self, template, task_vars):
+        """sha256 of the role's template as the template task writes it (the content stays here)."""
+        lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
+        content = lookup.run([template], variables=task_vars)[0]
+        return hashlib.sha256(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
+
+    def _join(self, group, result):
+        """Put this host in ``group`` (the rollout's hosts), as group_by would."""
+        add_group = getattr(self, "add_group", None)
+        if add_group is not None:
+            add_group(group, parent_group_names=["all"])
+        else:  # ansible-core before the worker inventory API: the strategy reads these keys
+            result["add_group"] = group
+            result["parent_groups"] = ["all"]
+
+    def _set_facts(self, facts):
+        """The row as a host variable, as set_fact sets it (what report.yml sets for the other hosts)."""
+        if VariableLayer is not None and hasattr(self, "register_host_variables"):
+            self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
+            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        role_checks = boolean(self._templar.template(args.pop("role_checks", False)), strict=False)
+        report, fast_path, group = False, True, None
+
+        if role_checks:
+            msg, errors = self._role_errors(task_vars)
+            if msg:
+                result.update(failed=True, msg=msg, errors=errors)
+                return result
+        args = self._templar.template(args)
+        report = boolean(args.pop("report", report), strict=False)
+        fast_path = boolean(args.pop("fast_path", fast_path), strict=False)
+        group = args.pop("needs_work_group", group)
+
+        files = {}
+        for name, spec in (args.get("files") or {}).items():
+            spec = dict(spec or {})
+            if spec.get("template"):
+                spec["sha256"] = self._render_sha256(spec.pop("template"), task_vars)
+            files[name] = spec
+        args["files"] = files
+
+        if not fast_path and not args.get("live"):
+            # Nothing to read on the host: with the fast path off every host takes the full role.
+            result.update(changed=False, compliant=False, probed=False)
+            if group:
+                self._join(group, result)
+            return result
+
+        result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
+        if result.get("failed"):
+            return result
+        if _fastpath.ends_here(result, fast_path):
+            if report:
+                flags = self._templar.template({
+                    "num_steps": task_vars.get("sglang_speculative_num_steps"),
+                    "eagle_topk": task_vars.get("sglang_speculative_eagle_topk"),
+                    "num_draft_tokens": task_vars.get("sglang_speculative_num_draft_tokens"),
+                })
+                audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
+                facts = {"sglang_remediation": _rows.probe_row(
+                    task_vars.get("inventory_hostname"), str(args.get("expected_version")), result, flags,
+                    audit=audit, check_mode=bool(self._task.check_mode or self._play_context.check_mode))}
+                self._set_facts(facts)
+                result["ansible_facts"] = facts
+        elif group:
+            self._join(group, result)
+        return result
