@@ -55,7 +55,7 @@ options:
     elements: raw
     default: [-1, 2, 30]
   patches:
-    description: Rendered patch templates, template name (file name without C(.yml.j2)) to text.
+    description: Rendered patch templates, template name (file name without C(.hunks.j2)) to text.
     type: dict
     default: {}
   state:
@@ -325,10 +325,10 @@ EXAMPLES = r"""
     layer_ids: [-1, 2, 30]
     python: /opt/sglang/venv/bin/python
     patches:
-      body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.yml.j2') }}"
-      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.yml.j2') }}"
-      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.yml.j2') }}"
-      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.yml.j2') }}"
+      body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.hunks.j2') }}"
+      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.hunks.j2') }}"
+      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.hunks.j2') }}"
+      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.hunks.j2') }}"
     memo_file: /var/lib/sglang-remediation/audit-memo.json
   register: eagle3
 
