@@ -20,7 +20,7 @@ EXTRACT = (
     "sglang/srt/models/deepseek_v2.py",
     "sglang/srt/model_executor/cuda_graph_runner.py",
     "sglang/srt/model_executor/model_runner.py",
-    # What the forward-capture check executes besides (module_utils/sglang_forward.py).
+    # What the forward-capture check executes besides (module_utils/sglang_forward_code.py).
     "sglang/srt/layers/communicator.py",
     "sglang/srt/layers/aux_hidden_states.py",
     "sglang/srt/layers/layer_boundary/stage.py",
