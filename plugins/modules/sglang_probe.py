@@ -538,7 +538,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 impo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active

@@ -126,7 +126,8 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, site_packages
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import site_packages
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
 
 
 def installed_release(venv):
