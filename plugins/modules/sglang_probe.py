@@ -543,13 +543,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs 
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
-    get_layer_ids,
-    load_json_object,
-    read_num_hidden_layers,
-    same_ids,
-    target_model_errors,
-)
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 
