@@ -10,6 +10,9 @@ DOCUMENTATION = r"""
 module: sglang_fingerprint
 short_description: Compare the files an SGLang server runs from with those recorded at its last healthy start
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Hashes the components that define what an SGLang server runs (installed release, patched
     model file, draft config, systemd unit, environment file, command) and compares them with
@@ -20,19 +23,11 @@ description:
     is never restarted.
   - O(state=record) writes the current fingerprint; the role calls it only after the health
     gates pass.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - With O(state=record) it reports C(changed=true) when the fingerprint would change, without writing O(state_file).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   components:
     description:

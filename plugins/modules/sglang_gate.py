@@ -13,6 +13,9 @@ DOCUMENTATION = r"""
 module: sglang_gate
 short_description: Wait for an SGLang server to be healthy, then read its view and send live requests
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
     answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
@@ -28,19 +31,11 @@ description:
     (release, speculative settings, accept length) is left to the role's assertions.
   - Fails when the server is healthy but C(/get_server_info) or a live request does not answer 200 with a JSON object.
   - Reads only; the generation requests are the live check itself.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - It only reads and sends generation requests, in check mode too; the role does not restart, so does not gate, in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   url:
     description: Base URL of the server, e.g. V(http://127.0.0.1:30000).

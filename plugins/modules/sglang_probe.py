@@ -13,6 +13,9 @@ DOCUMENTATION = r"""
 module: sglang_probe
 short_description: Decide in one read-only call whether an SGLang host needs any remediation
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
@@ -33,10 +36,6 @@ description:
   - Changes nothing on the host but, with O(memo_write), its audit memo and, with O(textfile),
     that file (and never the state dir); the only subprocess is one C(systemctl is-active), and
     only with O(service_manage).
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -45,10 +44,6 @@ attributes:
         audit memo, even with O(memo_write=true).
       - In check mode it writes no textfile, whatever O(textfile) says.
       - The probe generations of O(live) are sent in check mode too, since they are how the live state is read.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang.

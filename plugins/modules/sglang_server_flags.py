@@ -12,6 +12,9 @@ DOCUMENTATION = r"""
 ---
 module: sglang_server_flags
 short_description: Check extra SGLang launch flags against the flags the installed release accepts
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Reads the option strings, their C(dest) and whether abbreviations are allowed from the installed
     release's own C(sglang/srt/server_args.py) (and, from 0.5.20, C(sglang/srt/arg_groups/fields/))
@@ -22,18 +25,10 @@ description:
     unambiguous prefix when abbreviations are allowed; the last occurrence wins, silently), or a flag
     that drops or breaks the aux hidden-state capture of the EAGLE-3 draft (see the README).
   - Changes nothing.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang.
