@@ -55,7 +55,7 @@ seealso:
 EXAMPLES = r"""
 - name: Compare what runs with what should run
   fleetops.sglang.sglang_fingerprint:
-    components:
+    components: &components
       sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
       draft_config: /models/DeepSeek-V3-EAGLE3/config.json
       unit: /etc/systemd/system/sglang.service
@@ -72,11 +72,7 @@ EXAMPLES = r"""
 
 - name: Record the fingerprint once the health gates passed
   fleetops.sglang.sglang_fingerprint:
-    components:
-      sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
-      draft_config: /models/DeepSeek-V3-EAGLE3/config.json
-      unit: /etc/systemd/system/sglang.service
-      environment: /etc/sglang/sglang.env
+    components: *components  # the same components as the comparison
     state_file: /var/lib/sglang-remediation/running.json
     service: sglang
     state: record

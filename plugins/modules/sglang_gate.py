@@ -151,19 +151,11 @@ reading:
   description: The live reading of the restarted server, as M(fleetops.sglang.sglang_probe) returns it in its C(live).
   type: dict
   returned: when ready
-  sample:
-    read: true
-    endpoint: /server_info
-    settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
-               speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
-    accept_length: 3.556
-    accept_length_source: probe
-    accept_length_probe: 3.556
-    accept_length_server_info: 3.556
-    probe_requests: 3
-    notes: []
-    reasons: []
-    classes: []
+  sample: {read: true, endpoint: /server_info,
+           settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
+                      speculative_eagle_topk: 1, speculative_num_draft_tokens: 16},
+           accept_length: 3.556, accept_length_source: probe, accept_length_probe: 3.556,
+           accept_length_server_info: 3.556, probe_requests: 3, notes: [], reasons: [], classes: []}
 """
 
 EXAMPLES = r"""
