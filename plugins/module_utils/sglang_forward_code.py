@@ -165,4 +165,3 @@ def init_literals(source: str) -> Dict[str, Any]:
                     except ValueError:
                         continue
     return out
-

@@ -276,4 +276,3 @@ class Harness:
             else:
                 names.append("not a state of the residual stream: %s" % part[0].tolist())
         return names
-

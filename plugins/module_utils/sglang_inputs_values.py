@@ -64,7 +64,6 @@ class Variable:
     check: Callable[[str, Any, Mapping[str, Any]], List[str]]
 
 
-
 def accepting(accepted: str, rule: Callable[[str, Any, Mapping[str, Any], str], List[str]]) -> Variable:
     """A variable whose rule quotes ``accepted`` in its messages: the table says it once."""
     return Variable(accepted, lambda var, value, values: rule(var, value, values, accepted))
@@ -181,7 +180,6 @@ def version_key(version: str) -> tuple:
             int(post) if post is not None else -1, int(dev) if dev is not None else float("inf"))
 
 
-
 # --------------------------------------------------------------------------- #
 # Checkers by kind: (var, value, all values) -> messages
 # --------------------------------------------------------------------------- #
@@ -212,7 +210,7 @@ def _int_accepted(low: int, high: Optional[int]) -> str:
 
 
 def path_errors(var: str, value: Any, accepted: str, unit_safe: bool = False,
-                 own_directory: bool = False) -> List[str]:
+                own_directory: bool = False) -> List[str]:
     """Host paths: absolute and normalised; some are written unquoted into the unit."""
     if not isinstance(value, str) or not value.startswith("/"):
         return [message(var, value, "is not an absolute path", accepted)]
@@ -249,4 +247,3 @@ def check_choice(*choices: str) -> Callable[..., List[str]]:
             return [message(var, value, "is not a choice", "one of %s" % ", ".join(choices))]
         return []
     return check
-

@@ -216,8 +216,6 @@ def validate_speculative(
     return errors
 
 
-
-
 # --------------------------------------------------------------------------- #
 # Server flags
 # --------------------------------------------------------------------------- #
@@ -300,4 +298,3 @@ def render_server_args(
     if enable_metrics:
         args.append("--enable-metrics")
     return args + extra
-

@@ -202,7 +202,13 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import capture_errors
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, ignored_layer_keys, render_config, same_ids, with_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import (
+    get_layer_ids,
+    ignored_layer_keys,
+    render_config,
+    same_ids,
+    with_layer_ids,
+)
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import expected_id_count_from_draft, read_num_hidden_layers, target_model_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import validate_layer_ids
 
