@@ -70,8 +70,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_veri
 def render_templates(marker: str = MARKER) -> Dict[str, str]:
     """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    return {p.name[: -len(".yml.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
-            for p in sorted(TEMPLATES.glob("*.yml.j2"))}
+    return {p.name[: -len(".hunks.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
+            for p in sorted(TEMPLATES.glob("*.hunks.j2"))}
 
 
 @pytest.fixture(scope="session")

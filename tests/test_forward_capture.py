@@ -1,4 +1,4 @@
-"""The forward-capture check (module_utils/sglang_forward.py) on real release files.
+"""The forward-capture check (module_utils/sglang_forward*.py) on real release files.
 
 The check executes each release's own capture code (set_eagle3_layers_to_capture,
 DeepseekV2Model.forward and, from 0.5.14, the decoder layer with its
@@ -22,9 +22,10 @@ import pytest
 
 from conftest import DIST, HUNKS, MODULE_UTILS_DIR, E
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as F
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as FC
 import parser_venv
 
-F_PATH = MODULE_UTILS_DIR / "sglang_forward.py"
+HARNESS_PATH = MODULE_UTILS_DIR / "sglang_forward_harness.py"
 DS = DIST.DEEPSEEK_FILE
 TRAINED = ["embedding", "output of layer 2", "output of layer 30"]
 EXECUTED = "forward: embedding, L2, L30 (executed)"
@@ -87,7 +88,7 @@ def test_runner_events_follow_model_runner_order(make_venv):
     """Read from ModelRunner.initialize: what runs before CUDA-graph capture, in order."""
     def events(version):
         s = site(make_venv(version))
-        return F.runner_events((s / F.MODEL_RUNNER_FILE).read_text(), (s / F.CUDA_GRAPH_FILE).read_text())
+        return FC.runner_events((s / FC.MODEL_RUNNER_FILE).read_text(), (s / FC.CUDA_GRAPH_FILE).read_text())
     assert events("0.5.4.post2") == [("defaults", "CudaGraphRunner.__init__"), ("graphs", "CUDA-graph capture"),
                                      ("configured", "ModelRunner.initialize")]
     assert events("0.5.9") == [("defaults", "ModelRunner._dummy_run (kernel warmup)"),
@@ -246,7 +247,7 @@ def judge(python, venv, version, ids, harness=True, disable_cuda_graph=False):
     (draft / "config.json").write_text(json.dumps({"eagle_config": {"use_aux_hidden_state": True,
                                                                     "eagle_aux_hidden_state_layer_ids": ids}}))
     proc = subprocess.run([python, "-c", JUDGE, str(DOUBLE), str(site(venv)), version, str(draft),
-                           "1" if disable_cuda_graph else "0", str(F_PATH) if harness else ""],
+                           "1" if disable_cuda_graph else "0", str(HARNESS_PATH) if harness else ""],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])

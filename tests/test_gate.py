@@ -9,30 +9,13 @@ from __future__ import annotations
 import http.server
 import threading
 import time
-from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from test_probe import LIBRARY, run_module
-from test_test_double import (  # noqa: F401 (fixtures)
-    companion_patch,
-    free_port,
-    make_models,
-    make_site,
-    patch_embedding_capture,
-    real_059,
-    run_double,
-    spec_flags,
-)
+from test_test_double import free_port, real_059, remediated_double, run_double  # noqa: F401 (fixtures)
 
 GATE = LIBRARY / "sglang_gate.py"
 PROMPTS = ["Write a haiku about speculative decoding.", "List three prime numbers."]
-
-
-def remediated_double(tmp_path: Path, run_double: Any, real_059: Dict[str, str], **env: str):
-    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
-                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
-    target, draft = make_models(tmp_path, [-1, 2, 30])
-    return run_double(spec_flags(target, draft, 15, 1, 16), site, **env)
 
 
 def test_waits_for_health_then_reads_view_and_accept_length(tmp_path, run_double, real_059):

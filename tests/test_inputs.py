@@ -1,4 +1,4 @@
-"""plugins/module_utils/sglang_inputs.py: the role's input contract, one rule at a time.
+"""plugins/module_utils/sglang_inputs*.py: the role's input contract, one rule at a time.
 
 Every case starts from the role's real defaults (defaults/main.yml, with the
 demo fleet's overrides where they matter) and changes one variable; the message
@@ -14,6 +14,7 @@ import yaml
 from conftest import COLLECTIONS_PATH, REPO, ROLE  # noqa: F401  (puts the collection on sys.path)
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as si  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as siv  # noqa: E402
 
 
 def defaults() -> dict:
@@ -73,7 +74,7 @@ def test_message_style_names_variable_value_and_what_is_accepted():
 
 @pytest.mark.parametrize("value", [0, 65536, 70000, "70000", -1, "abc", True, 1.5, None, [1]])
 def test_port_range(value):
-    refused("sglang_port", value, str(si.shown(value)))
+    refused("sglang_port", value, str(siv.shown(value)))
 
 
 @pytest.mark.parametrize("value", [1, 65535, "8080"])
@@ -266,7 +267,7 @@ def test_versions():
 
 def test_version_order_is_pep440():
     order = ["0.5.4.dev1", "0.5.4a1", "0.5.4rc1", "0.5.4", "0.5.4.post1", "0.5.4.post2", "0.5.10", "0.6.0"]
-    assert sorted(order, key=si.version_key) == order
+    assert sorted(order, key=siv.version_key) == order
 
 
 def test_speculative_triple():

@@ -22,17 +22,8 @@ import pytest
 import sglang_wheels
 from conftest import MODULE_UTILS_DIR, MODULES
 from test_probe import MODULE as PROBE
-from test_probe import USER_IDS, Host, run_module
-from test_test_double import (  # noqa: F401 (fixtures)
-    companion_patch,
-    http,
-    make_models,
-    make_site,
-    patch_embedding_capture,
-    real_059,
-    run_double,
-    spec_flags,
-)
+from test_probe import Host, run_module
+from test_test_double import http, real_059, remediated_double, run_double  # noqa: F401 (fixtures)
 
 METRICS_MODULE = MODULES / "sglang_metrics.py"
 GATE = MODULES / "sglang_gate.py"
@@ -237,10 +228,7 @@ def test_metrics_module_writes_nothing_in_check_mode_and_writes_otherwise(tmp_pa
 
 
 def _remediated_double(tmp_path: Path, run_double, real_059, steps=15, draft_tokens=16, **env):
-    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
-                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
-    target, draft = make_models(tmp_path, USER_IDS)
-    double = run_double(spec_flags(target, draft, steps, 1, draft_tokens) + ["--enable-metrics"], site, **env)
+    double = remediated_double(tmp_path, run_double, real_059, steps, draft_tokens, ["--enable-metrics"], **env)
     double.wait_healthy()
     return double
 

@@ -8,7 +8,7 @@ with only the packages prepare_server_args needs. What is proven here:
   names the variable, the rendered 16 and the 2 SGLang would run;
 * an alias in sglang_extra_args that the static check would refuse is also
   caught by the comparison (the static check is bypassed to show it);
-* the flag table sglang_serverargs reads with ast equals SGLang's argparse.
+* the flag table sglang_flagtable reads with ast equals SGLang's argparse.
 
 Set SGLANG_PARSER_TESTS=0 to skip (the first build takes a few minutes).
 """
@@ -39,6 +39,7 @@ def _load(name):
 
 RULES = _load("sglang_speculative")
 FLAGS = _load("sglang_serverargs")
+FLAG_TABLE = _load("sglang_flagtable")
 VARIABLES = dict(FLAGS.MANAGED_FLAGS)
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
@@ -152,5 +153,5 @@ def test_the_static_table_is_sglangs_own(release, version):
     proc = subprocess.run([python, "-c", TABLE], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     real = json.loads(proc.stdout.strip().splitlines()[-1])
-    static = FLAGS.read_flag_table(env["PYTHONPATH"])["options"]
+    static = FLAG_TABLE.read_flag_table(env["PYTHONPATH"])["options"]
     assert {o: e["dest"] for o, e in static.items()} == real

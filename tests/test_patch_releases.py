@@ -369,10 +369,10 @@ PLAYBOOK = """
   vars:
     sglang_patch_marker: "sglang-remediation eagle3-embed v1"
     rendered:
-      body_a_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_a_loop.yml.j2') }}"
-      body_b_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_b_loop.yml.j2') }}"
-      companion_cg_local: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_local.yml.j2') }}"
-      companion_cg_attr: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_attr.yml.j2') }}"
+      body_a_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_a_loop.hunks.j2') }}"
+      body_b_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_b_loop.hunks.j2') }}"
+      companion_cg_local: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_local.hunks.j2') }}"
+      companion_cg_attr: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_attr.hunks.j2') }}"
   tasks:
     - name: Apply the embedding-capture patch
       fleetops.sglang.sglang_eagle3:

@@ -1,4 +1,5 @@
-"""plugins/module_utils/sglang_serverargs.py on the real server_args.py of each release.
+"""plugins/module_utils/sglang_flagtable.py and sglang_serverargs.py on the real server_args.py of each
+release.
 
 The table is read with ``ast`` from the downloaded wheels (one release per family
 and every boundary of the README's support matrix), then each rule is checked on
@@ -25,6 +26,7 @@ spec = importlib.util.spec_from_file_location("sglang_serverargs", MODULE_UTILS_
 S = importlib.util.module_from_spec(spec)
 sys.modules["sglang_serverargs"] = S
 spec.loader.exec_module(S)
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_flagtable as T  # noqa: E402
 
 # One release per family and the matrix boundaries (README, "What the role decides").
 RELEASES = ["0.5.4.post2", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
@@ -39,7 +41,7 @@ def tables(tmp_path_factory) -> Dict[str, dict]:
     out = {}
     for version in RELEASES:
         site = sglang_wheels.extract_server_args(version, tmp_path_factory.mktemp("sa-" + version))
-        out[version] = S.read_flag_table(str(site))
+        out[version] = T.read_flag_table(str(site))
     return out
 
 
@@ -186,14 +188,14 @@ def test_flags_that_came_and_went(tables):
 def test_memo_answers_while_the_bytes_hold(tmp_path):
     site = sglang_wheels.extract_server_args("0.5.9", tmp_path / "site")
     memo = tmp_path / "memo.json"
-    table, how, key = S.read_flag_table_memoized(str(site), str(memo))
+    table, how, key = T.read_flag_table_memoized(str(site), str(memo))
     assert how == "miss" and key and not memo.exists()
-    assert S.store_table_memo(str(memo), key, table) and memo.exists()
-    again, how, key = S.read_flag_table_memoized(str(site), str(memo))
+    assert T.store_table_memo(str(memo), key, table) and memo.exists()
+    again, how, key = T.read_flag_table_memoized(str(site), str(memo))
     assert how == "hit" and again == table and key is None
     path = site / "sglang" / "srt" / "server_args.py"
     path.write_text(path.read_text().replace('"--enable-metrics"', '"--enable-metrics-x"'))
-    changed, how, _ = S.read_flag_table_memoized(str(site), str(memo))
+    changed, how, _ = T.read_flag_table_memoized(str(site), str(memo))
     assert how == "miss" and "--enable-metrics-x" in changed["options"]
 
 
@@ -202,7 +204,7 @@ def test_an_unknown_layout_is_an_error_not_an_empty_table(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("class ServerArgs:\n    @staticmethod\n    def add_cli_args(parser):\n        pass\n")
     with pytest.raises(ValueError, match="no --model-path"):
-        S.read_flag_table(str(tmp_path))
+        T.read_flag_table(str(tmp_path))
     path.write_text("class Other:\n    pass\n")
     with pytest.raises(ValueError, match="no class ServerArgs"):
-        S.read_flag_table(str(tmp_path))
+        T.read_flag_table(str(tmp_path))

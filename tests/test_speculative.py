@@ -1,4 +1,4 @@
-"""Behaviour of plugins/module_utils/sglang_speculative.py on real-shaped inputs."""
+"""Behaviour of plugins/module_utils/sglang_speculative.py, _modeldirs.py and _draftconfig.py on real-shaped inputs."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ sys.path.insert(0, MODULE_UTILS)
 sys.path.insert(0, HERE)
 
 import sglang_speculative as ss  # noqa: E402
+import sglang_draftconfig as dc  # noqa: E402
+import sglang_modeldirs as md  # noqa: E402
 from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
 
 TARGET = os.path.join(FIXTURES, "deepseek-v3")
@@ -40,13 +42,15 @@ def draft_dir(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-def test_module_utils_is_python39_syntax_and_imports_no_ansible():
-    src = open(os.path.join(MODULE_UTILS, "sglang_speculative.py")).read()
+@pytest.mark.parametrize("name", ["sglang_speculative", "sglang_modeldirs", "sglang_draftconfig"])
+def test_module_utils_is_python39_syntax_and_imports_no_ansible(name):
+    """Standard library only, and the collection's own module_utils (which obey the same rule)."""
+    src = open(os.path.join(MODULE_UTILS, name + ".py")).read()
     tree = ast.parse(src, feature_version=(3, 9))
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert "ansible" not in imported
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    own = {m for m in imported if m.startswith("ansible_collections.fleetops.sglang.plugins.module_utils.")}
+    assert {m.split(".")[0] for m in imported - own} <= set(sys.stdlib_module_names) | {"__future__"}
 
 
 # --------------------------------------------------------------------------- #
@@ -117,7 +121,7 @@ def test_topk_above_one_is_not_rewritten_so_fewer_tokens_are_fine():
 
 
 def test_incident_fix_ids_accepted_against_deepseek_v3():
-    n = ss.read_num_hidden_layers(TARGET)
+    n = md.read_num_hidden_layers(TARGET)
     assert n == 61
     assert ss.validate_layer_ids([-1, 2, 30], n, 3) == []
     assert ss.validate_layer_ids([0, 3, 31], n, 3) == []
@@ -173,7 +177,7 @@ def test_non_list_or_empty_is_refused(bad):
 
 
 def test_count_mismatch_against_safetensors(draft_dir):
-    count = ss.expected_id_count_from_draft(draft_dir)
+    count = md.expected_id_count_from_draft(draft_dir)
     assert count == 3
     errors = ss.validate_layer_ids([-1, 30], 61, count)
     assert len(errors) == 1
@@ -186,13 +190,13 @@ def test_count_mismatch_against_safetensors(draft_dir):
 
 
 def test_read_num_hidden_layers_variants(tmp_path):
-    assert ss.read_num_hidden_layers(str(tmp_path)) is None  # no config.json
-    assert ss.read_num_hidden_layers("deepseek-ai/DeepSeek-V3") is None  # hub id
+    assert md.read_num_hidden_layers(str(tmp_path)) is None  # no config.json
+    assert md.read_num_hidden_layers("deepseek-ai/DeepSeek-V3") is None  # hub id
     (tmp_path / "config.json").write_text(json.dumps({"text_config": {"num_hidden_layers": 48}}))
-    assert ss.read_num_hidden_layers(str(tmp_path)) == 48
+    assert md.read_num_hidden_layers(str(tmp_path)) == 48
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
-        ss.read_num_hidden_layers(str(tmp_path))
+        md.read_num_hidden_layers(str(tmp_path))
 
 
 def test_safetensors_header_parse_reads_only_the_header(draft_dir, monkeypatch):
@@ -217,8 +221,8 @@ def test_safetensors_header_parse_reads_only_the_header(draft_dir, monkeypatch):
         def __exit__(self, *exc):
             self.handle.close()
 
-    monkeypatch.setattr(ss, "open", lambda p, mode="r": Spy(real_open(p, mode)), raising=False)
-    header = ss.read_safetensors_header(path)
+    monkeypatch.setattr(md, "open", lambda p, mode="r": Spy(real_open(p, mode)), raising=False)
+    header = md.read_safetensors_header(path)
     with real_open(path, "rb") as handle:
         (header_len,) = struct.unpack("<Q", handle.read(8))
     assert sum(read_total) == 8 + header_len
@@ -242,8 +246,8 @@ def test_model_prefixed_fc_weight_and_sharded_index(tmp_path):
             }
         )
     )
-    assert ss.find_fc_weight_shape(str(d)) == [7168, 14336]
-    assert ss.expected_id_count_from_draft(str(d)) == 2
+    assert md.find_fc_weight_shape(str(d)) == [7168, 14336]
+    assert md.expected_id_count_from_draft(str(d)) == 2
 
 
 def test_target_hidden_size_divides_fc_input(tmp_path):
@@ -251,32 +255,32 @@ def test_target_hidden_size_divides_fc_input(tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"hidden_size": 4096, "target_hidden_size": 7168}))
     write_safetensors(str(d / "model.safetensors"), [("fc.weight", "BF16", [4096, 21504])])
-    assert ss.expected_id_count_from_draft(str(d)) == 3
+    assert md.expected_id_count_from_draft(str(d)) == 3
 
 
 def test_unknown_count_is_none(tmp_path):
     d = tmp_path / "draft"
     d.mkdir()
-    assert ss.expected_id_count_from_draft(str(d)) is None  # no config
+    assert md.expected_id_count_from_draft(str(d)) is None  # no config
     shutil.copy(os.path.join(DRAFT, "config.json"), str(d / "config.json"))
-    assert ss.expected_id_count_from_draft(str(d)) is None  # no weights
+    assert md.expected_id_count_from_draft(str(d)) is None  # no weights
     write_safetensors(str(d / "model.safetensors"), [("norm.weight", "BF16", [7168])])
-    assert ss.expected_id_count_from_draft(str(d)) is None  # no fc
+    assert md.expected_id_count_from_draft(str(d)) is None  # no fc
     write_safetensors(str(d / "model.safetensors"), [("fc.weight", "BF16", [7168, 10000])])
-    assert ss.expected_id_count_from_draft(str(d)) is None  # not a multiple
+    assert md.expected_id_count_from_draft(str(d)) is None  # not a multiple
 
 
 def test_corrupt_header_length_is_refused_without_allocating(tmp_path):
     p = tmp_path / "model.safetensors"
     p.write_bytes(struct.pack("<Q", 2**62) + b"{}")
     with pytest.raises(ValueError, match="corrupt file"):
-        ss.read_safetensors_header(str(p))
+        md.read_safetensors_header(str(p))
     p.write_bytes(struct.pack("<Q", 4096) + b"{}")
     with pytest.raises(ValueError, match="truncated"):
-        ss.read_safetensors_header(str(p))
+        md.read_safetensors_header(str(p))
     p.write_bytes(b"abc")
     with pytest.raises(ValueError, match="shorter than 8 bytes"):
-        ss.read_safetensors_header(str(p))
+        md.read_safetensors_header(str(p))
 
 
 # --------------------------------------------------------------------------- #
@@ -352,29 +356,29 @@ def test_render_baseline_without_speculation():
 def test_with_layer_ids_keeps_keys_order_and_indent():
     text = open(os.path.join(DRAFT, "config.json")).read()
     config = json.loads(text)
-    assert ss.get_layer_ids(config) is None  # the typo'd key: SGLang uses defaults
-    assert ss.ignored_layer_keys(config) == ["eagle_aux_hidden_state_layers_ids"]
-    new_text = ss.render_config(ss.with_layer_ids(config, [-1, 2, 30]), text)
+    assert dc.get_layer_ids(config) is None  # the typo'd key: SGLang uses defaults
+    assert dc.ignored_layer_keys(config) == ["eagle_aux_hidden_state_layers_ids"]
+    new_text = dc.render_config(dc.with_layer_ids(config, [-1, 2, 30]), text)
     new = json.loads(new_text)
     assert list(new) == list(config)
-    assert ss.get_layer_ids(new) == [-1, 2, 30]
+    assert dc.get_layer_ids(new) == [-1, 2, 30]
     assert new["eagle_config"]["use_aux_hidden_state"] is True
     assert new_text.startswith('{\n  "architectures": [\n    "LlamaForCausalLMEagle3"')
     assert new_text.endswith("}\n")
 
 
 def test_render_config_keeps_other_indent_styles():
-    assert ss.detect_indent('{\n    "a": 1\n}\n') == 4
-    assert ss.detect_indent('{\n\t"a": 1\n}') == "\t"
-    assert ss.detect_indent('{"a": 1}') is None
-    assert ss.render_config({"a": 1}, '{"a": 0}') == '{"a": 1}'
+    assert dc.detect_indent('{\n    "a": 1\n}\n') == 4
+    assert dc.detect_indent('{\n\t"a": 1\n}') == "\t"
+    assert dc.detect_indent('{"a": 1}') is None
+    assert dc.render_config({"a": 1}, '{"a": 0}') == '{"a": 1}'
 
 
 def test_same_ids_is_type_strict():
-    assert ss.same_ids([-1, 2, 30], [-1, 2, 30])
-    assert not ss.same_ids([True, 2], [1, 2])
-    assert not ss.same_ids(["2"], [2])
-    assert not ss.same_ids(None, [2])
+    assert dc.same_ids([-1, 2, 30], [-1, 2, 30])
+    assert not dc.same_ids([True, 2], [1, 2])
+    assert not dc.same_ids(["2"], [2])
+    assert not dc.same_ids(None, [2])
 
 
 def test_filters_refuse_malformed_int_strings_with_the_variable_named():

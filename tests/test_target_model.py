@@ -10,7 +10,7 @@ import pytest
 from conftest import COLLECTIONS_PATH, HUNKS, REPO, SHAPES  # noqa: F401
 import sglang_wheels
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as ss  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_modeldirs as md  # noqa: E402
 
 # One release of every forward family and both ends of the supported range.
 RELEASES = ("0.5.4.post2", "0.5.9", "0.5.13", "0.5.14", "0.5.17", "0.5.23")
@@ -29,7 +29,7 @@ def entry_classes(version: str):
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_accepted_architectures_are_what_deepseek_v2_registers(version):
-    assert entry_classes(version) == ss.DEEPSEEK_ARCHITECTURES
+    assert entry_classes(version) == md.DEEPSEEK_ARCHITECTURES
 
 
 def write_target(tmp_path, **changes):
@@ -42,7 +42,7 @@ def write_target(tmp_path, **changes):
 
 
 def test_deepseek_v3_target_passes(tmp_path):
-    assert ss.target_model_errors(write_target(tmp_path)) == []
+    assert md.target_model_errors(write_target(tmp_path)) == []
 
 
 @pytest.mark.parametrize("changes,expect", [
@@ -54,16 +54,16 @@ def test_deepseek_v3_target_passes(tmp_path):
     ({"num_hidden_layers": "61"}, "no integer num_hidden_layers"),
 ])
 def test_other_targets_are_refused_naming_the_variable(tmp_path, changes, expect):
-    (msg,) = ss.target_model_errors(write_target(tmp_path, **changes))
+    (msg,) = md.target_model_errors(write_target(tmp_path, **changes))
     assert msg.startswith("sglang_model_path=%s: " % tmp_path) and expect in msg, msg
     assert "accepted: a DeepSeek target" in msg
 
 
 def test_missing_or_broken_target_config(tmp_path):
-    (msg,) = ss.target_model_errors(str(tmp_path))
+    (msg,) = md.target_model_errors(str(tmp_path))
     assert "does not exist on the host" in msg
     (tmp_path / "config.json").write_text("{nope")
-    (msg,) = ss.target_model_errors(str(tmp_path))
+    (msg,) = md.target_model_errors(str(tmp_path))
     assert "is not valid JSON" in msg
 
 

@@ -26,7 +26,7 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -56,7 +56,8 @@ td = _load_module()
 # /work/shared/sglang-facts.md); the real 0.5.9 files come from the wheel.
 # --------------------------------------------------------------------------
 
-SET_EAGLE3_BODY_A = '''
+# Up to the line where body A and the native 0.5.14 body differ.
+SET_EAGLE3_HEAD = '''
     def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
         if not self.pp_group.is_last_rank:
             return
@@ -67,8 +68,8 @@ SET_EAGLE3_BODY_A = '''
             self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
         else:
             self.capture_aux_hidden_states = True
-            self.model.layers_to_capture = [val + 1 for val in layer_ids]
 '''
+SET_EAGLE3_BODY_A = SET_EAGLE3_HEAD + "            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n"
 
 LOOP_FORWARD = '''
 class DeepseekV2Model(nn.Module):
@@ -103,17 +104,7 @@ class DeepseekV2DecoderLayer(nn.Module):
         return self.mlp(self.self_attn(positions, hidden_states, forward_batch)), residual
 
 
-class DeepseekV2ForCausalLM(nn.Module):
-    def set_eagle3_layers_to_capture(self, layer_ids: Optional[List[int]] = None):
-        if not self.pp_group.is_last_rank:
-            return
-
-        if layer_ids is None:
-            self.capture_aux_hidden_states = True
-            num_layers = self.config.num_hidden_layers
-            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]
-        else:
-            self.capture_aux_hidden_states = True
+class DeepseekV2ForCausalLM(nn.Module):''' + SET_EAGLE3_HEAD + '''\
             if layer_ids and layer_ids[0] == 1:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
             else:
@@ -322,6 +313,16 @@ def run_double(tmp_path: Path) -> Iterator[Any]:
         if double.proc.poll() is None:
             double.proc.kill()
             double.proc.wait(timeout=10)
+
+
+def remediated_double(root: Path, run_double: Any, real_059: Dict[str, str], steps: int = 15, draft_tokens: int = 16,
+                      extra_flags: Sequence[str] = (), **env: str) -> Double:
+    """The double serving the real 0.5.9 as the role remediates it (patch and companion), draft trained on
+    [-1, 2, 30], with the speculative flags ``steps``/1/``draft_tokens``."""
+    site = make_site(root, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
+                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
+    target, draft = make_models(root, [-1, 2, 30])
+    return run_double(spec_flags(target, draft, steps, 1, draft_tokens) + list(extra_flags), site, **env)
 
 
 def accept_length_after_generate(double: Double, tokens: int = 256) -> Tuple[float, Dict[str, Any], Dict[str, Any]]:

@@ -36,8 +36,9 @@ surface stays SGLang's:
                                      output of layer 2, output of layer 30)
   SGLANG_TEST_DOUBLE_FORWARD_HARNESS  path of the project's forward-capture
                                      harness (plugins/module_utils/
-                                     sglang_forward.py); where this python
-                                     imports torch, the captured states are
+                                     sglang_forward_harness.py, the files
+                                     it imports next to it); where this
+                                     python imports torch, the captured states are
                                      then EXECUTED with the installed code
                                      instead of judged from the source text
   SGLANG_TEST_DOUBLE_DEGRADE_AFTER   degrade at run time: after this many
@@ -556,6 +557,30 @@ def _label(name: str) -> str:
     return "L" + name[len(prefix):] if name.startswith(prefix) else name
 
 
+# The harness's files import each other by the collection's name.
+HARNESS_PACKAGE = "ansible_collections.fleetops.sglang.plugins.module_utils"
+
+
+def load_harness(path: str) -> Any:
+    """The harness file at ``path``, loaded after the files next to it that it imports.
+
+    Each file runs under its module name in the collection, so the next one's
+    imports find it on a python where no collection is installed.
+    """
+    import importlib.util
+    name = HARNESS_PACKAGE + "." + os.path.splitext(os.path.basename(path))[0]
+    if name in sys.modules:
+        return sys.modules[name]
+    for node in ast.parse(read_text(path) or "").body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(HARNESS_PACKAGE + "."):
+            load_harness(os.path.join(os.path.dirname(path), node.module.rsplit(".", 1)[-1] + ".py"))
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def executed_wiring(
     harness_path: Optional[str],
     site_packages: str,
@@ -578,12 +603,7 @@ def executed_wiring(
         import torch  # noqa: F401  (only to know whether the executed judgement is possible)
     except ImportError:
         return None
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("sglang_forward_harness", harness_path)
-    if spec is None or spec.loader is None:
-        return None
-    harness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(harness)
+    harness = load_harness(harness_path)
     texts = {rel: read_text(os.path.join(site_packages, rel)) for rel in harness.FORWARD_FILES}
     route = "patch" if style == "loop" else "native"
     with torch.inference_mode():

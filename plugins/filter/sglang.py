@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as _values
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
@@ -65,7 +66,7 @@ def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     args = {k: _as_int(v) if k in ints else v for k, v in kwargs.items()}
     # -e sglang_mem_fraction_static=0.8 gives text; preflight has judged it a number in (0, 1).
     if args.get("mem_fraction_static") is not None:
-        number = _inputs.as_number(args["mem_fraction_static"])
+        number = _values.as_number(args["mem_fraction_static"])
         args["mem_fraction_static"] = number if number is not None else args["mem_fraction_static"]
     return _rules.render_server_args(**args)
 

@@ -26,6 +26,10 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_file
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunks as _hunks
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as _shapes
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as _forward
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as _forward_code
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_harness as _forward_harness
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_model as _forward_model
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_standins as _forward_standins
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as _verify
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, module_source, sha256_hex
@@ -36,7 +40,8 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/test_audit_memo.py checks the list against the imports).
-ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _verify, _forward, _engine, sys.modules[__name__])
+ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _verify, _forward, _forward_code, _forward_standins,
+                  _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 
 def engine_source_digest() -> Optional[str]:

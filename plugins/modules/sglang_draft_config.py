@@ -11,6 +11,9 @@ DOCUMENTATION = r"""
 module: sglang_draft_config
 short_description: Set and verify the EAGLE-3 aux layer ids SGLang reads from a draft model
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - SGLang reads the layer ids whose hidden states feed an EAGLE-3 draft only from the
     draft's C(config.json), key C(eagle_config.eagle_aux_hidden_state_layer_ids), inside a
@@ -22,10 +25,6 @@ description:
   - If C(config.json) is a symlink (Hugging Face cache snapshots) the link is replaced by a
     regular file, so the shared content-addressed blob is never edited.
   - Other C(eagle_config) keys that mention layers are ignored by SGLang; they are left in place with a warning.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -35,8 +34,6 @@ attributes:
     support: full
     details:
       - Returns the whole C(config.json) before and after the change (also with O(state=audit)).
-  platform:
-    platforms: posix
 options:
   path:
     description: Draft model directory holding C(config.json).
@@ -205,17 +202,15 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import capture_errors
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
-    expected_id_count_from_draft,
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import (
     get_layer_ids,
     ignored_layer_keys,
-    read_num_hidden_layers,
     render_config,
     same_ids,
-    target_model_errors,
-    validate_layer_ids,
     with_layer_ids,
 )
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import expected_id_count_from_draft, read_num_hidden_layers, target_model_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import validate_layer_ids
 
 
 def _write(dest: str, data: bytes, like: os.stat_result) -> None:

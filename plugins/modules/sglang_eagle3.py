@@ -13,6 +13,9 @@ DOCUMENTATION = r"""
 module: sglang_eagle3
 short_description: Probe, patch and verify SGLang's EAGLE-3 embedding capture for DeepSeek targets
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - In one call per host, finds SGLang in a virtualenv, classifies C(deepseek_v2.py) (and on
     0.5.4.post2 ... 0.5.10.post1 the CUDA-graph companion files) as pristine, ours or drift
@@ -24,10 +27,6 @@ description:
   - Every write is atomic, preceded by a RECORD-verified backup of the pristine file in O(backup_dir),
     and followed by compile, grep and semantic checks and, where the venv's python imports torch, the executed
     forward-capture check; a failed check restores the pristine files.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
@@ -38,8 +37,6 @@ attributes:
     details:
       - One before/after entry per file that is or would be patched or restored; O(state=audit) returns none.
       - The whole file texts are returned only when diff mode is on.
-  platform:
-    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang (C(<venv>/lib/python3*/site-packages/sglang)).
@@ -55,7 +52,7 @@ options:
     elements: raw
     default: [-1, 2, 30]
   patches:
-    description: Rendered patch templates, template name (file name without C(.yml.j2)) to text.
+    description: Rendered patch templates, template name (file name without C(.hunks.j2)) to text.
     type: dict
     default: {}
   state:
@@ -325,10 +322,10 @@ EXAMPLES = r"""
     layer_ids: [-1, 2, 30]
     python: /opt/sglang/venv/bin/python
     patches:
-      body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.yml.j2') }}"
-      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.yml.j2') }}"
-      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.yml.j2') }}"
-      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.yml.j2') }}"
+      body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.hunks.j2') }}"
+      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.hunks.j2') }}"
+      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.hunks.j2') }}"
+      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.hunks.j2') }}"
     memo_file: /var/lib/sglang-remediation/audit-memo.json
   register: eagle3
 

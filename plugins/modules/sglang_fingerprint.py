@@ -10,6 +10,9 @@ DOCUMENTATION = r"""
 module: sglang_fingerprint
 short_description: Compare the files an SGLang server runs from with those recorded at its last healthy start
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Hashes the components that define what an SGLang server runs (installed release, patched
     model file, draft config, systemd unit, environment file, command) and compares them with
@@ -21,19 +24,11 @@ description:
   - O(state=record) writes the current fingerprint. The role records through M(fleetops.sglang.sglang_gate)'s
     O(fleetops.sglang.sglang_gate#module:record) instead, in the gate's own call, once the restart passed it;
     both write with the same code (C(module_utils/sglang_runstate.record)).
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - With O(state=record) it reports C(changed=true) when the fingerprint would change, without writing O(state_file).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   components:
     description:
@@ -61,7 +56,7 @@ seealso:
 EXAMPLES = r"""
 - name: Compare what runs with what should run
   fleetops.sglang.sglang_fingerprint:
-    components:
+    components: &components
       sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
       draft_config: /models/DeepSeek-V3-EAGLE3/config.json
       unit: /etc/systemd/system/sglang.service
@@ -78,11 +73,7 @@ EXAMPLES = r"""
 
 - name: Record the fingerprint once the health gates passed
   fleetops.sglang.sglang_fingerprint:
-    components:
-      sglang: "value:0.5.9 ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"
-      draft_config: /models/DeepSeek-V3-EAGLE3/config.json
-      unit: /etc/systemd/system/sglang.service
-      environment: /etc/sglang/sglang.env
+    components: *components  # the same components as the comparison
     state_file: /var/lib/sglang-remediation/running.json
     service: sglang
     state: record

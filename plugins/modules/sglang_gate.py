@@ -13,6 +13,9 @@ DOCUMENTATION = r"""
 module: sglang_gate
 short_description: Wait for an SGLang server to be healthy, then read its view and send live requests
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
     answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
@@ -32,19 +35,11 @@ description:
     no extra remote call for its bookkeeping.
   - Fails when the server is healthy but C(/get_server_info) or a live request does not answer 200 with a JSON object.
   - Reads only, but for O(record); the generation requests are the live check itself.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - It only reads and sends generation requests, in check mode too; the role does not restart, so does not gate, in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   url:
     description: Base URL of the server, e.g. V(http://127.0.0.1:30000).
@@ -187,19 +182,11 @@ reading:
   description: The live reading of the restarted server, as M(fleetops.sglang.sglang_probe) returns it in its C(live).
   type: dict
   returned: when ready
-  sample:
-    read: true
-    endpoint: /server_info
-    settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
-               speculative_eagle_topk: 1, speculative_num_draft_tokens: 16}
-    accept_length: 3.556
-    accept_length_source: probe
-    accept_length_probe: 3.556
-    accept_length_server_info: 3.556
-    probe_requests: 3
-    notes: []
-    reasons: []
-    classes: []
+  sample: {read: true, endpoint: /server_info,
+           settings: {version: "0.5.9", speculative_algorithm: EAGLE3, speculative_num_steps: 15,
+                      speculative_eagle_topk: 1, speculative_num_draft_tokens: 16},
+           accept_length: 3.556, accept_length_source: probe, accept_length_probe: 3.556,
+           accept_length_server_info: 3.556, probe_requests: 3, notes: [], reasons: [], classes: []}
 """
 
 EXAMPLES = r"""

@@ -10,6 +10,9 @@ DOCUMENTATION = r"""
 module: sglang_lease
 short_description: One run per host at a time, through a lease file on the host
 version_added: "1.1.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - A writing run takes the host's lease once its probe found work to do and gives it back after
     the report, so that a cron audit, a second operator or a rerun cannot back up, patch and restart
@@ -29,19 +32,11 @@ description:
   - The lease itself is bookkeeping, not host state, so it never makes a call report C(changed). Its directory
     is host state, so O(state=acquired) creates it (0700, root's when run as root) or fixes its mode and owner, and
     reports C(changed) when it did.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - In check mode every state only reads the lease (as O(state=inspect)).
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description:

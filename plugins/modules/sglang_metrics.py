@@ -12,6 +12,9 @@ DOCUMENTATION = r"""
 ---
 module: sglang_metrics
 short_description: Write the SGLang remediation result as a node_exporter textfile-collector file
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Writes, atomically (temporary file in the same directory, then rename), the Prometheus text
     file that node_exporter's textfile collector exports, with what this run found on the host,
@@ -27,19 +30,11 @@ description:
     a run that ends at the probe has the probe write the same file.
   - Always reports C(changed=false). The file is a record of the run, rewritten on every run like
     the fleet report on the controller, not configuration of the host.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details:
       - In check mode nothing is written; RV(text) shows what would be.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   path:
     description: The textfile, in node_exporter's textfile directory; its name must end in C(.prom).

@@ -13,6 +13,10 @@ DOCUMENTATION = r"""
 module: sglang_probe
 short_description: Decide in one read-only call whether an SGLang host needs any remediation
 version_added: "1.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - fleetops.sglang.common
 description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
@@ -39,11 +43,6 @@ description:
     C(template) and sends only their sha256; with O(report) it returns a compliant host's fleet report row;
     with O(needs_work_group) it puts a host that needs more than the probe in that group. These options never
     reach the host."
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
-  - ansible.builtin.action_common_attributes.flow
 attributes:
   action:
     support: full
@@ -59,10 +58,6 @@ attributes:
         audit memo, even with O(memo_write=true).
       - In check mode it writes no textfile, whatever O(textfile) says.
       - The probe generations of O(live) are sent in check mode too, since they are how the live state is read.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang.
@@ -614,17 +609,13 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 impo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import (
-    get_layer_ids,
-    load_json_object,
-    read_num_hidden_layers,
-    same_ids,
-    target_model_errors,
-)
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 

@@ -12,6 +12,9 @@ DOCUMENTATION = r"""
 ---
 module: sglang_server_flags
 short_description: Check extra SGLang launch flags against the flags the installed release accepts
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
 description:
   - Reads the option strings, their C(dest) and whether abbreviations are allowed from the installed
     release's own C(sglang/srt/server_args.py) (and, from 0.5.20, C(sglang/srt/arg_groups/fields/))
@@ -22,18 +25,10 @@ description:
     unambiguous prefix when abbreviations are allowed; the last occurrence wins, silently), or a flag
     that drops or breaks the aux hidden-state capture of the EAGLE-3 draft (see the README).
   - Changes nothing.
-author:
-  - SGLang remediation maintainers (@fleetops)
-extends_documentation_fragment:
-  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
     details: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
 options:
   venv:
     description: Virtualenv holding SGLang.
@@ -126,7 +121,8 @@ import glob
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, site_packages
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import site_packages
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
 
 
 def installed_release(venv):
