@@ -1,12 +1,16 @@
-"""Shared fixtures: real SGLang release files in throwaway venvs, rendered templates."""
+"""Shared fixtures and helpers: real SGLang release files in throwaway venvs, rendered
+templates, and the one harness that runs a module as Ansible runs it (run_module)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Any, Callable, Dict, Tuple, Union
 
 import jinja2
 import pytest
@@ -51,6 +55,46 @@ sys.argv = [module, sys.argv[3]]
 runpy.run_path(module, run_name="__main__")
 """
 MARKER = "sglang-remediation eagle3-embed v1"
+DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
+USER_IDS = [-1, 2, 30]
+
+
+def fake_systemctl(root: Path, active: bool) -> str:
+    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive)."""
+    bin_dir = root / ("bin-active" if active else "bin-inactive")
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "systemctl"
+    if not stub.exists():
+        stub.write_text("#!/bin/sh\nexit %d\n" % (0 if active else 3))
+        stub.chmod(0o755)
+    return "%s:%s" % (bin_dir, os.environ.get("PATH", ""))
+
+
+def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active: bool = True,
+               check_mode: bool = False, diff: bool = False, timeout: int = 600) -> Tuple[int, Dict[str, Any]]:
+    """Run a module file as Ansible runs it on a host; return (exit status, the JSON it printed).
+
+    A separate process reads its arguments from a file (AnsiballZ's ANSIBLE_MODULE_ARGS) and
+    imports its module_utils by the collection's name from COLLECTIONS_PATH, so exit_json and
+    fail_json behave as on a host. ``systemctl`` on its PATH is a stub whose is-active answers
+    ``active``: no module test reaches this machine's services. ``check_mode`` and ``diff``
+    set _ansible_check_mode and _ansible_diff, unless ``args`` sets them itself.
+    """
+    module = Path(module)
+    payload = dict(args)
+    if check_mode:
+        payload.setdefault("_ansible_check_mode", True)
+    if diff:
+        payload.setdefault("_ansible_diff", True)
+    args_file = tmp / ("args-%s.json" % module.stem)
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
+    env = dict(os.environ, PATH=fake_systemctl(tmp, active))
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(module), str(args_file)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_wheels  # noqa: E402
@@ -122,3 +166,76 @@ def promtool() -> Callable[..., subprocess.CompletedProcess]:
                               timeout=120, cwd=str(cwd))
 
     return run
+
+
+def sha(path: Union[str, Path]) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class Host:
+    """One host's files, laid out as the role leaves them after a healthy start: a venv
+    from a real wheel (patched unless ``patch`` is false), a draft config, a unit, an
+    environment file and the fingerprint sglang_fingerprint records. ``probe`` runs
+    sglang_probe on it."""
+
+    def __init__(self, tmp: Path, venv: Path, version: str, patches, patch: bool = True):
+        self.tmp, self.venv, self.version, self.patches = tmp, venv, version, patches
+        self.backup = tmp / "backup"
+        fix = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches,
+                              state="present" if patch else "audit", backup_dir=str(self.backup)))
+        assert not fix["failed"], fix["msg"]
+        self.fix = fix
+        self.draft = tmp / "draft" / "config.json"
+        self.draft.parent.mkdir()
+        config = json.loads(DRAFT_FIXTURE.read_text())
+        config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = fix["draft_layer_ids"]
+        self.draft.write_text(json.dumps(config, indent=2) + "\n")
+        self.unit = tmp / "sglang.service"
+        self.unit.write_text("[Service]\nExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server\n")
+        self.env = tmp / "sglang.env"
+        self.env.write_text("HF_TOKEN=secret\n")
+        self.env.chmod(0o600)
+        self.state_file = tmp / "state" / "running.json"
+        self.components = {
+            "draft_config": str(self.draft),
+            "unit": str(self.unit),
+            "environment": str(self.env),
+            "command": "value:/opt/sglang/venv/bin/python -m sglang.launch_server",
+        }
+        # What the role records after the gates, with the sglang component the *present*
+        # result carries; the probe takes it from its audit.
+        recorded = dict(self.components, sglang="value:" + fix["fingerprint"])
+        rc, res = run_module(MODULES / "sglang_fingerprint.py", tmp, dict(
+            components=recorded, state_file=str(self.state_file), service="sglang", state="record"))
+        assert rc == 0 and res["changed"], res
+
+    def args(self, **over):
+        args = dict(
+            venv=str(self.venv), expected_version=self.version, layer_ids=USER_IDS, patches=self.patches,
+            pipeline_parallel_size=1, backup_dir=str(self.backup), draft_config=str(self.draft),
+            fingerprint_file=str(self.state_file), fingerprint_components=dict(self.components),
+            service="sglang", service_manage=True,
+        )
+        if "files" not in over:
+            args["files"] = {"unit": {"path": str(self.unit), "sha256": sha(self.unit)},
+                             "environment": {"path": str(self.env), "sha256": sha(self.env)}}
+        args.update(over)
+        return args
+
+    def probe(self, active=True, check_mode=False, **over):
+        rc, res = run_module(MODULES / "sglang_probe.py", self.tmp, self.args(**over), active=active, check_mode=check_mode)
+        assert rc == 0, res
+        assert res["changed"] is False
+        return res
+
+
+@pytest.fixture
+def host(make_venv, patches, tmp_path) -> Callable[..., Host]:
+    """host(version, patch=True): a Host of that release in this test's tmp_path."""
+    def make(version: str, patch: bool = True) -> Host:
+        return Host(tmp_path, make_venv(version), version, patches, patch=patch)
+    return make
+
+
+def site_file(venv: Path, rel: str) -> Path:
+    return next(venv.glob("lib/python3*/site-packages")) / rel

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
-from test_probe import LIBRARY, run_module
+from conftest import MODULES, run_module
 from test_test_double import (  # noqa: F401 (fixtures)
     companion_patch,
     free_port,
@@ -24,7 +24,7 @@ from test_test_double import (  # noqa: F401 (fixtures)
     spec_flags,
 )
 
-GATE = LIBRARY / "sglang_gate.py"
+GATE = MODULES / "sglang_gate.py"
 PROMPTS = ["Write a haiku about speculative decoding.", "List three prime numbers."]
 
 
