@@ -9,8 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import jinja2
 import pytest
@@ -98,6 +99,7 @@ def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sglang_wheels  # noqa: E402
+from double_harness import PRISTINE_059_SHA256, WHEEL_CACHE, Double  # noqa: E402
 
 
 # The engine, one module per concern, imported by the collection's name as a
@@ -223,7 +225,8 @@ class Host:
         return args
 
     def probe(self, active=True, check_mode=False, **over):
-        rc, res = run_module(MODULES / "sglang_probe.py", self.tmp, self.args(**over), active=active, check_mode=check_mode)
+        rc, res = run_module(MODULES / "sglang_probe.py", self.tmp, self.args(**over), active=active,
+                             check_mode=check_mode)
         assert rc == 0, res
         assert res["changed"] is False
         return res
@@ -239,3 +242,45 @@ def host(make_venv, patches, tmp_path) -> Callable[..., Host]:
 
 def site_file(venv: Path, rel: str) -> Path:
     return next(venv.glob("lib/python3*/site-packages")) / rel
+
+
+# The GPU-less test double (tests/double_harness.py) and the real files it judges.
+
+
+@pytest.fixture(scope="session")
+def real_059() -> Dict[str, str]:
+    """Pristine SGLang 0.5.9 files from the released wheel (downloaded once, cached)."""
+    wheel = WHEEL_CACHE / "sglang-0.5.9-py3-none-any.whl"
+    if not wheel.exists():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )
+        if proc.returncode != 0 or not wheel.exists():
+            pytest.skip("cannot fetch the sglang 0.5.9 wheel: %s" % proc.stderr[-500:])
+    with zipfile.ZipFile(wheel) as zf:
+        files = {
+            "deepseek_v2": zf.read("sglang/srt/models/deepseek_v2.py").decode(),
+            "cuda_graph_runner": zf.read("sglang/srt/model_executor/cuda_graph_runner.py").decode(),
+            "metadata": zf.read("sglang-0.5.9.dist-info/METADATA").decode(),
+        }
+    assert hashlib.sha256(files["deepseek_v2"].encode()).hexdigest() == PRISTINE_059_SHA256
+    return files
+
+
+@pytest.fixture
+def run_double(tmp_path: Path) -> Iterator[Any]:
+    """run_double(flags, site, **env): a started test double, killed after the test if still running."""
+    started: List[Double] = []
+
+    def start(flags: List[str], site: Optional[Path], **env: str) -> Double:
+        double = Double(tmp_path, flags, site, **env)
+        started.append(double)
+        return double
+
+    yield start
+    for double in started:
+        if double.proc.poll() is None:
+            double.proc.kill()
+            double.proc.wait(timeout=10)

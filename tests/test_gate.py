@@ -13,16 +13,7 @@ from pathlib import Path
 from typing import Any, Dict
 
 from conftest import MODULES, run_module
-from test_test_double import (  # noqa: F401 (fixtures)
-    companion_patch,
-    free_port,
-    make_models,
-    make_site,
-    patch_embedding_capture,
-    real_059,
-    run_double,
-    spec_flags,
-)
+from double_harness import companion_patch, free_port, make_models, make_site, patch_embedding_capture, spec_flags
 
 GATE = MODULES / "sglang_gate.py"
 PROMPTS = ["Write a haiku about speculative decoding.", "List three prime numbers."]

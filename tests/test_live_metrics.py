@@ -21,16 +21,7 @@ import pytest
 
 import sglang_wheels
 from conftest import MODULE_UTILS_DIR, MODULES, USER_IDS, Host, run_module
-from test_test_double import (  # noqa: F401 (fixtures)
-    companion_patch,
-    http,
-    make_models,
-    make_site,
-    patch_embedding_capture,
-    real_059,
-    run_double,
-    spec_flags,
-)
+from double_harness import companion_patch, http, make_models, make_site, patch_embedding_capture, spec_flags
 
 METRICS_MODULE = MODULES / "sglang_metrics.py"
 PROBE = MODULES / "sglang_probe.py"
