@@ -13,37 +13,26 @@ import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-import jinja2
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The test bed's helpers (testbed/): this checkout as a collection, the patch
+# templates rendered, real SGLang releases as throwaway venvs. The release scripts
+# use them too, and import nothing of tests/.
+sys.path.insert(0, str(REPO / "testbed"))
+import checkout  # noqa: E402
+import sglang_wheels  # noqa: E402
+from checkout import MARKER, TEMPLATES, render_templates  # noqa: E402,F401 (the tests import them from here)
+
 ROLE = REPO / "roles" / "sglang"
-TEMPLATES = ROLE / "templates" / "patches"
-# The checkout is the collection fleetops.sglang (scripts/bootstrap links it into
-# collections/); modules import their module_utils by the collection's name.
 MODULES = REPO / "plugins" / "modules"
 MODULE_UTILS_DIR = REPO / "plugins" / "module_utils"
 MODULE_UTILS = MODULE_UTILS_DIR / "sglang_eagle3.py"
 LIBRARY = MODULES / "sglang_eagle3.py"
 COLLECTION = "fleetops.sglang"
-
-
-def _collections_path() -> Path:
-    """A collections path on which ansible_collections.fleetops.sglang is this checkout."""
-    for base in (REPO / "collections", REPO / ".cache" / "test-collections"):
-        link = base / "ansible_collections" / "fleetops" / "sglang"
-        if link.resolve() == REPO:
-            return base
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    link.symlink_to(REPO, target_is_directory=True)
-    return base
-
-
-COLLECTIONS_PATH = _collections_path()
-if str(COLLECTIONS_PATH) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS_PATH))
+# The checkout is the collection fleetops.sglang; modules import their module_utils by
+# the collection's name, from this collections path.
+COLLECTIONS_PATH = checkout.importable()
 
 # Run a module file as __main__ the way AnsiballZ does on a host: its
 # ansible_collections.fleetops.sglang.plugins.module_utils imports resolve from
@@ -55,7 +44,6 @@ module = sys.argv[2]
 sys.argv = [module, sys.argv[3]]
 runpy.run_path(module, run_name="__main__")
 """
-MARKER = "sglang-remediation eagle3-embed v1"
 DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
 USER_IDS = [-1, 2, 30]
 
@@ -98,7 +86,6 @@ def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active
         raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheels  # noqa: E402
 from double_harness import PRISTINE_059_SHA256, WHEEL_CACHE, Double  # noqa: E402
 
 
@@ -111,13 +98,6 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunk
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_memo as MEMO  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as SHAPES  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as VERIFY  # noqa: E402
-
-
-def render_templates(marker: str = MARKER) -> Dict[str, str]:
-    """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    return {p.name[: -len(".yml.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
-            for p in sorted(TEMPLATES.glob("*.yml.j2"))}
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +138,6 @@ def make_venv(release_tree, tmp_path) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def promtool() -> Callable[..., subprocess.CompletedProcess]:
     """Debian's promtool; extracted by testbed/testbed.py when missing, so these tests never skip."""
-    sys.path.insert(0, str(REPO / "testbed"))
     import testbed  # noqa: E402 (the test bed's own helper, not a test dependency)
 
     path = testbed.ensure_promtool()

@@ -3,7 +3,7 @@
 The check executes each release's own capture code (set_eagle3_layers_to_capture,
 DeepseekV2Model.forward and, from 0.5.14, the decoder layer with its
 LayerCommunicator or layer boundary and the packer) with torch on the CPU. torch
-comes from the parser venv (tests/parser_venv, built once and cached), run as a
+comes from the parser venv (testbed/parser_venv, built once and cached), run as a
 subprocess: exactly how the role runs it on a host, with the SGLang venv's python.
 Set SGLANG_PARSER_TESTS=0 to skip the tests that need it.
 
