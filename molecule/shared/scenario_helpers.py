@@ -109,6 +109,17 @@ def run_playbook(playbook: Path = CONVERGE, extra_vars: Optional[Dict[str, Any]]
         os.unlink(vars_file)
 
 
+def assert_rerun_changes_nothing(host, extra_vars: Optional[Dict[str, Any]], starts_so_far: int) -> Run:
+    """Converge again on ``extra_vars``: rc 0, changed 0 for every host, the host exactly as
+    it was (snapshot) and no new start of the server."""
+    before = snapshot(host)
+    run = run_playbook(extra_vars=extra_vars)
+    assert run.rc == 0 and run.changed() == 0, run.tail(120)
+    assert snapshot_diff(before, snapshot(host)) == []
+    assert starts(host) == starts_so_far
+    return run
+
+
 def snapshot(host) -> Dict[str, str]:
     """What a run could have changed on the host, as comparable text."""
     paths = " ".join(WATCHED)
