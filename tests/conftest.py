@@ -1,44 +1,38 @@
-"""Shared fixtures: real SGLang release files in throwaway venvs, rendered templates."""
+"""Shared fixtures and helpers: real SGLang release files in throwaway venvs, rendered
+templates, and the one harness that runs a module as Ansible runs it (run_module)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
-from typing import Callable, Dict
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
-import jinja2
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The test bed's helpers (testbed/): this checkout as a collection, the patch
+# templates rendered, real SGLang releases as throwaway venvs. The release scripts
+# use them too, and import nothing of tests/.
+sys.path.insert(0, str(REPO / "testbed"))
+import checkout  # noqa: E402
+import sglang_wheels  # noqa: E402
+from checkout import MARKER, TEMPLATES, render_templates  # noqa: E402,F401 (the tests import them from here)
+
 ROLE = REPO / "roles" / "sglang"
-TEMPLATES = ROLE / "templates" / "patches"
-# The checkout is the collection fleetops.sglang (scripts/bootstrap links it into
-# collections/); modules import their module_utils by the collection's name.
 MODULES = REPO / "plugins" / "modules"
 MODULE_UTILS_DIR = REPO / "plugins" / "module_utils"
 MODULE_UTILS = MODULE_UTILS_DIR / "sglang_eagle3.py"
 LIBRARY = MODULES / "sglang_eagle3.py"
 COLLECTION = "fleetops.sglang"
-
-
-def _collections_path() -> Path:
-    """A collections path on which ansible_collections.fleetops.sglang is this checkout."""
-    for base in (REPO / "collections", REPO / ".cache" / "test-collections"):
-        link = base / "ansible_collections" / "fleetops" / "sglang"
-        if link.resolve() == REPO:
-            return base
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink():
-        link.unlink()
-    link.symlink_to(REPO, target_is_directory=True)
-    return base
-
-
-COLLECTIONS_PATH = _collections_path()
-if str(COLLECTIONS_PATH) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS_PATH))
+# The checkout is the collection fleetops.sglang; modules import their module_utils by
+# the collection's name, from this collections path.
+COLLECTIONS_PATH = checkout.importable()
 
 # Run a module file as __main__ the way AnsiballZ does on a host: its
 # ansible_collections.fleetops.sglang.plugins.module_utils imports resolve from
@@ -50,10 +44,49 @@ module = sys.argv[2]
 sys.argv = [module, sys.argv[3]]
 runpy.run_path(module, run_name="__main__")
 """
-MARKER = "sglang-remediation eagle3-embed v1"
+DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
+USER_IDS = [-1, 2, 30]
+
+
+def fake_systemctl(root: Path, active: bool) -> str:
+    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive)."""
+    bin_dir = root / ("bin-active" if active else "bin-inactive")
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "systemctl"
+    if not stub.exists():
+        stub.write_text("#!/bin/sh\nexit %d\n" % (0 if active else 3))
+        stub.chmod(0o755)
+    return "%s:%s" % (bin_dir, os.environ.get("PATH", ""))
+
+
+def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active: bool = True,
+               check_mode: bool = False, diff: bool = False, timeout: int = 600) -> Tuple[int, Dict[str, Any]]:
+    """Run a module file as Ansible runs it on a host; return (exit status, the JSON it printed).
+
+    A separate process reads its arguments from a file (AnsiballZ's ANSIBLE_MODULE_ARGS) and
+    imports its module_utils by the collection's name from COLLECTIONS_PATH, so exit_json and
+    fail_json behave as on a host. ``systemctl`` on its PATH is a stub whose is-active answers
+    ``active``: no module test reaches this machine's services. ``check_mode`` and ``diff``
+    set _ansible_check_mode and _ansible_diff, unless ``args`` sets them itself.
+    """
+    module = Path(module)
+    payload = dict(args)
+    if check_mode:
+        payload.setdefault("_ansible_check_mode", True)
+    if diff:
+        payload.setdefault("_ansible_diff", True)
+    args_file = tmp / ("args-%s.json" % module.stem)
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
+    env = dict(os.environ, PATH=fake_systemctl(tmp, active))
+    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(module), str(args_file)],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    try:
+        return proc.returncode, json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sglang_wheels  # noqa: E402
+from double_harness import PRISTINE_059_SHA256, WHEEL_CACHE, Double  # noqa: E402
 
 
 # The engine, one module per concern, imported by the collection's name as a
@@ -65,13 +98,6 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunk
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_memo as MEMO  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as SHAPES  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as VERIFY  # noqa: E402
-
-
-def render_templates(marker: str = MARKER) -> Dict[str, str]:
-    """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    return {p.name[: -len(".hunks.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
-            for p in sorted(TEMPLATES.glob("*.hunks.j2"))}
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +138,6 @@ def make_venv(release_tree, tmp_path) -> Callable[[str], Path]:
 @pytest.fixture(scope="session")
 def promtool() -> Callable[..., subprocess.CompletedProcess]:
     """Debian's promtool; extracted by testbed/testbed.py when missing, so these tests never skip."""
-    sys.path.insert(0, str(REPO / "testbed"))
     import testbed  # noqa: E402 (the test bed's own helper, not a test dependency)
 
     path = testbed.ensure_promtool()
@@ -122,3 +147,119 @@ def promtool() -> Callable[..., subprocess.CompletedProcess]:
                               timeout=120, cwd=str(cwd))
 
     return run
+
+
+def sha(path: Union[str, Path]) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+class Host:
+    """One host's files, laid out as the role leaves them after a healthy start: a venv
+    from a real wheel (patched unless ``patch`` is false), a draft config, a unit, an
+    environment file and the fingerprint sglang_fingerprint records. ``probe`` runs
+    sglang_probe on it."""
+
+    def __init__(self, tmp: Path, venv: Path, version: str, patches, patch: bool = True):
+        self.tmp, self.venv, self.version, self.patches = tmp, venv, version, patches
+        self.backup = tmp / "backup"
+        fix = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches,
+                              state="present" if patch else "audit", backup_dir=str(self.backup)))
+        assert not fix["failed"], fix["msg"]
+        self.fix = fix
+        self.draft = tmp / "draft" / "config.json"
+        self.draft.parent.mkdir()
+        config = json.loads(DRAFT_FIXTURE.read_text())
+        config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = fix["draft_layer_ids"]
+        self.draft.write_text(json.dumps(config, indent=2) + "\n")
+        self.unit = tmp / "sglang.service"
+        self.unit.write_text("[Service]\nExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server\n")
+        self.env = tmp / "sglang.env"
+        self.env.write_text("HF_TOKEN=secret\n")
+        self.env.chmod(0o600)
+        self.state_file = tmp / "state" / "running.json"
+        self.components = {
+            "draft_config": str(self.draft),
+            "unit": str(self.unit),
+            "environment": str(self.env),
+            "command": "value:/opt/sglang/venv/bin/python -m sglang.launch_server",
+        }
+        # What the role records after the gates, with the sglang component the *present*
+        # result carries; the probe takes it from its audit.
+        recorded = dict(self.components, sglang="value:" + fix["fingerprint"])
+        rc, res = run_module(MODULES / "sglang_fingerprint.py", tmp, dict(
+            components=recorded, state_file=str(self.state_file), service="sglang", state="record"))
+        assert rc == 0 and res["changed"], res
+
+    def args(self, **over):
+        args = dict(
+            venv=str(self.venv), expected_version=self.version, layer_ids=USER_IDS, patches=self.patches,
+            pipeline_parallel_size=1, backup_dir=str(self.backup), draft_config=str(self.draft),
+            fingerprint_file=str(self.state_file), fingerprint_components=dict(self.components),
+            service="sglang", service_manage=True,
+        )
+        if "files" not in over:
+            args["files"] = {"unit": {"path": str(self.unit), "sha256": sha(self.unit)},
+                             "environment": {"path": str(self.env), "sha256": sha(self.env)}}
+        args.update(over)
+        return args
+
+    def probe(self, active=True, check_mode=False, **over):
+        rc, res = run_module(MODULES / "sglang_probe.py", self.tmp, self.args(**over), active=active,
+                             check_mode=check_mode)
+        assert rc == 0, res
+        assert res["changed"] is False
+        return res
+
+
+@pytest.fixture
+def host(make_venv, patches, tmp_path) -> Callable[..., Host]:
+    """host(version, patch=True): a Host of that release in this test's tmp_path."""
+    def make(version: str, patch: bool = True) -> Host:
+        return Host(tmp_path, make_venv(version), version, patches, patch=patch)
+    return make
+
+
+def site_file(venv: Path, rel: str) -> Path:
+    return next(venv.glob("lib/python3*/site-packages")) / rel
+
+
+# The GPU-less test double (tests/double_harness.py) and the real files it judges.
+
+
+@pytest.fixture(scope="session")
+def real_059() -> Dict[str, str]:
+    """Pristine SGLang 0.5.9 files from the released wheel (downloaded once, cached)."""
+    wheel = WHEEL_CACHE / "sglang-0.5.9-py3-none-any.whl"
+    if not wheel.exists():
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )
+        if proc.returncode != 0 or not wheel.exists():
+            pytest.skip("cannot fetch the sglang 0.5.9 wheel: %s" % proc.stderr[-500:])
+    with zipfile.ZipFile(wheel) as zf:
+        files = {
+            "deepseek_v2": zf.read("sglang/srt/models/deepseek_v2.py").decode(),
+            "cuda_graph_runner": zf.read("sglang/srt/model_executor/cuda_graph_runner.py").decode(),
+            "metadata": zf.read("sglang-0.5.9.dist-info/METADATA").decode(),
+        }
+    assert hashlib.sha256(files["deepseek_v2"].encode()).hexdigest() == PRISTINE_059_SHA256
+    return files
+
+
+@pytest.fixture
+def run_double(tmp_path: Path) -> Iterator[Any]:
+    """run_double(flags, site, **env): a started test double, killed after the test if still running."""
+    started: List[Double] = []
+
+    def start(flags: List[str], site: Optional[Path], **env: str) -> Double:
+        double = Double(tmp_path, flags, site, **env)
+        started.append(double)
+        return double
+
+    yield start
+    for double in started:
+        if double.proc.poll() is None:
+            double.proc.kill()
+            double.proc.wait(timeout=10)

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DIST, MEMO, MODULE_UTILS, E, render_templates
-from test_probe import MODULE as PROBE
-from test_probe import LIBRARY, USER_IDS, host, run_module, site_file  # noqa: F401 (host is a fixture)
+from conftest import DIST, MEMO, MODULE_UTILS, MODULES, USER_IDS, E, render_templates, run_module, site_file
 
-EAGLE3_MODULE = LIBRARY / "sglang_eagle3.py"
+EAGLE3_MODULE = MODULES / "sglang_eagle3.py"
+PROBE = MODULES / "sglang_probe.py"
 
 
 def audit_request(venv: Path, patches, **over) -> "E.Request":

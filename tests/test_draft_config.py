@@ -21,7 +21,7 @@ FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
 TARGET = os.path.join(FIXTURES, "deepseek-v3")
 sys.path.insert(0, HERE)
 
-from conftest import COLLECTIONS_PATH, FILEIO, LAUNCHER  # noqa: E402
+from conftest import COLLECTIONS_PATH, FILEIO, run_module  # noqa: E402
 from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
 
 KEY = "eagle_aux_hidden_state_layer_ids"
@@ -40,20 +40,7 @@ def draft(tmp_path):
 def run(tmp_path, check_mode=False, diff=False, **args):
     """Run the module; return (rc, result dict)."""
     args.setdefault("backup_dir", str(tmp_path / "backup"))
-    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)}
-    args_file = tmp_path / "args.json"
-    args_file.write_text(json.dumps(payload))
-    proc = subprocess.run(
-        [sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), MODULE, str(args_file)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    try:
-        result = json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
-    return proc.returncode, result
+    return run_module(MODULE, tmp_path, args, check_mode=check_mode, diff=diff, timeout=60)
 
 
 def config_of(draft):

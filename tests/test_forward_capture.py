@@ -3,7 +3,7 @@
 The check executes each release's own capture code (set_eagle3_layers_to_capture,
 DeepseekV2Model.forward and, from 0.5.14, the decoder layer with its
 LayerCommunicator or layer boundary and the packer) with torch on the CPU. torch
-comes from the parser venv (tests/parser_venv, built once and cached), run as a
+comes from the parser venv (testbed/parser_venv, built once and cached), run as a
 subprocess: exactly how the role runs it on a host, with the SGLang venv's python.
 Set SGLANG_PARSER_TESTS=0 to skip the tests that need it.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DIST, HUNKS, MODULE_UTILS_DIR, E
+from conftest import DIST, HUNKS, LIBRARY, MODULE_UTILS_DIR, E, run_module
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as F
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as FC
 import parser_venv
@@ -290,18 +290,6 @@ def test_test_double_native_and_without_torch(make_venv, torch_python):
 # ------------------------------------------------------------------ the module
 
 
-def run_module(args, tmp_path):
-    """The module file run as __main__ the way AnsiballZ runs it on a host."""
-    import json
-    from conftest import COLLECTIONS_PATH, LAUNCHER, LIBRARY
-    pytest.importorskip("ansible")
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(LIBRARY), str(argfile)],
-                          capture_output=True, text=True, timeout=600)
-    return json.loads(proc.stdout)
-
-
 @needs_torch
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.18"])
 def test_module_reports_the_executed_capture_on_a_host_with_torch(version, make_venv, patches, tmp_path, torch_python):
@@ -310,10 +298,10 @@ def test_module_reports_the_executed_capture_on_a_host_with_torch(version, make_
     (Molecule's test bed has no torch; see README "Tests" for why this is proven here.)"""
     venv = make_venv(version)
     args = {"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk"), "python": torch_python}
-    out = run_module(args, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, args)
     assert not out.get("failed"), out.get("msg")
     assert out["forward"]["summary"] == EXECUTED and out["forward"]["executed"] is True
-    out = run_module(dict(args, python=sys.executable), tmp_path)  # a venv without torch
+    _, out = run_module(LIBRARY, tmp_path, dict(args, python=sys.executable))  # a venv without torch
     assert not out.get("failed") and out["forward"]["summary"] == "forward: not executed (no torch)"
 
 
@@ -330,8 +318,8 @@ def test_module_fails_and_restores_when_the_forward_check_fails(make_venv, patch
         "            aux_hidden_states.append(hidden_states.clone())\n"
         "            aux_hidden_states.pop()\n            aux_hidden_states.append(hidden_states)\n")
     assert bad["body_a_loop"] != patches["body_a_loop"]
-    out = run_module({"venv": str(venv), "patches": bad, "backup_dir": str(tmp_path / "bk"),
-                      "python": torch_python}, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, {"venv": str(venv), "patches": bad, "backup_dir": str(tmp_path / "bk"),
+                                            "python": torch_python})
     assert out.get("failed") and "verification failed after writing" in out["msg"], out.get("msg")
     assert "forward:" in out["msg"] and out["forward"]["ok"] is False
     assert "append_embedding" not in out["msg"] and "compile" not in out["msg"]

@@ -11,10 +11,10 @@ import threading
 import time
 from typing import Any
 
-from test_probe import LIBRARY, run_module
-from test_test_double import free_port, real_059, remediated_double, run_double  # noqa: F401 (fixtures)
+from conftest import MODULES, run_module
+from double_harness import free_port, remediated_double
 
-GATE = LIBRARY / "sglang_gate.py"
+GATE = MODULES / "sglang_gate.py"
 PROMPTS = ["Write a haiku about speculative decoding.", "List three prime numbers."]
 
 

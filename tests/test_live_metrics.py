@@ -20,12 +20,11 @@ from typing import Any, Dict, List, Tuple
 import pytest
 
 import sglang_wheels
-from conftest import MODULE_UTILS_DIR, MODULES
-from test_probe import MODULE as PROBE
-from test_probe import Host, run_module
-from test_test_double import http, real_059, remediated_double, run_double  # noqa: F401 (fixtures)
+from conftest import MODULE_UTILS_DIR, MODULES, USER_IDS, Host, run_module
+from double_harness import http, remediated_double
 
 METRICS_MODULE = MODULES / "sglang_metrics.py"
+PROBE = MODULES / "sglang_probe.py"
 GATE = MODULES / "sglang_gate.py"
 EXPECTED = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 15, "speculative_eagle_topk": 1,
             "speculative_num_draft_tokens": 16}
@@ -266,14 +265,6 @@ def test_gate_reading_matches_the_probe_shape(tmp_path, run_double, real_059):
     assert 3.2 <= reading["accept_length"] <= 3.7 and reading["endpoint"] == "/server_info"
 
 
-@pytest.fixture
-def probe_host(make_venv, patches, tmp_path):
-    """A host laid out as the role leaves it (test_probe.Host), the server run by the double."""
-    def make(version: str) -> Host:
-        return Host(tmp_path, make_venv(version), version, patches)
-    return make
-
-
 def _probe_args(h: Host, double, tmp_path: Path, **live: Any) -> Dict[str, Any]:
     return h.args(
         live=dict(dict(url="http://127.0.0.1:%d" % double.port, expected=EXPECTED, accept_length_min=2.5,
@@ -283,8 +274,8 @@ def _probe_args(h: Host, double, tmp_path: Path, **live: Any) -> Dict[str, Any]:
 
 
 def test_probe_finds_a_host_degraded_at_run_time_while_its_files_are_compliant(
-        probe_host, tmp_path, run_double, real_059, promtool):
-    h = probe_host("0.5.9")
+        host, tmp_path, run_double, real_059, promtool):
+    h = host("0.5.9")
     (tmp_path / "srv").mkdir()
     double = _remediated_double(tmp_path / "srv", run_double, real_059, SGLANG_TEST_DOUBLE_DEGRADE_AFTER="2")
     prom = tmp_path / "textfile" / "sglang_remediation.prom"
@@ -317,8 +308,8 @@ def test_probe_finds_a_host_degraded_at_run_time_while_its_files_are_compliant(
     assert res["textfile"] is None and not prom.exists() and res["live"]["read"] is True
 
 
-def test_probe_finds_a_server_started_with_other_flags(probe_host, tmp_path, run_double, real_059):
-    h = probe_host("0.5.9")
+def test_probe_finds_a_server_started_with_other_flags(host, tmp_path, run_double, real_059):
+    h = host("0.5.9")
     (tmp_path / "srv").mkdir()
     double = _remediated_double(tmp_path / "srv", run_double, real_059, steps=3, draft_tokens=4)
     res = h.probe(**_probe_args(h, double, tmp_path, prompts=[]))
@@ -331,6 +322,6 @@ def test_probe_finds_a_server_started_with_other_flags(probe_host, tmp_path, run
     assert 'speculative_num_steps="3"' in text
 
 
-def test_probe_without_live_or_textfile_is_unchanged(probe_host):
-    res = probe_host("0.5.9").probe()
+def test_probe_without_live_or_textfile_is_unchanged(host):
+    res = host("0.5.9").probe()
     assert res["live"] is None and res["textfile"] is None and res["compliant"] is True

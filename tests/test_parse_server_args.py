@@ -1,6 +1,6 @@
 """roles/sglang/files/parse_server_args.py run by SGLang itself, on CPU, one release per family.
 
-The venv (tests/parser_venv) holds torch CPU and the release installed --no-deps
+The venv (testbed/parser_venv) holds torch CPU and the release installed --no-deps
 with only the packages prepare_server_args needs. What is proven here:
 
 * the role's defaults pass, and SGLang's own warnings come back;

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COLLECTIONS_PATH, DIST, FILEIO, HUNKS, LAUNCHER, LIBRARY, SHAPES, TEMPLATES, VERIFY, E, render_templates
+from conftest import (COLLECTIONS_PATH, DIST, FILEIO, HUNKS, LIBRARY, SHAPES, TEMPLATES, VERIFY, E,
+                      render_templates, run_module)
 import sglang_wheels
 
 DS = DIST.DEEPSEEK_FILE
@@ -294,25 +295,16 @@ def test_templates_render_without_undefined_variables():
 # ----------------------------------------------------------------- the module
 
 
-def run_module(args, tmp_path):
-    pytest.importorskip("ansible")
-    argfile = tmp_path / "args.json"
-    argfile.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(LIBRARY), str(argfile)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
-    return json.loads(proc.stdout)
-
-
 def test_module_check_mode_diff_then_apply(make_venv, patches, tmp_path):
     venv = make_venv("0.5.9")
     before = snapshot(venv)
     args = {"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk"),
             "python": sys.executable, "_ansible_check_mode": True, "_ansible_diff": True}
-    out = run_module(args, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, args)
     assert out["changed"] and not out.get("failed") and out["diff"]
     assert snapshot(venv) == before
     args.update(_ansible_check_mode=False, _ansible_diff=False)
-    out = run_module(args, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, args)
     assert out["changed"] and out["compliant"] and "diff" not in out
     assert out["checks"] == {"compiled": True, "semantic": True}
     assert out["companion"]["template"] == "companion_cg_attr"
@@ -320,14 +312,14 @@ def test_module_check_mode_diff_then_apply(make_venv, patches, tmp_path):
 
 def test_module_refuses_with_fail_json(make_venv, patches, tmp_path):
     venv = make_venv("0.5.4.post1")
-    out = run_module({"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk")}, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, {"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk")})
     assert out["failed"] and "0.5.4.post1" in out["msg"] and DS in out["msg"]
 
 
 def test_module_rejects_string_ids(make_venv, patches, tmp_path):
     venv = make_venv("0.5.9")
-    out = run_module({"venv": str(venv), "patches": patches, "layer_ids": ["-1", "2"],
-                      "backup_dir": str(tmp_path / "bk")}, tmp_path)
+    _, out = run_module(LIBRARY, tmp_path, {"venv": str(venv), "patches": patches, "layer_ids": ["-1", "2"],
+                                            "backup_dir": str(tmp_path / "bk")})
     assert out["failed"] and "integers" in out["msg"]
 
 

@@ -21,111 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COLLECTIONS_PATH, LAUNCHER, MODULE_UTILS_DIR, MODULES, REPO, ROLE, E
+from conftest import (COLLECTIONS_PATH, DRAFT_FIXTURE, MODULE_UTILS_DIR, MODULES, REPO, ROLE, USER_IDS, E, Host,
+                      fake_systemctl, run_module, site_file)
 
 LIBRARY = MODULES
 MODULE = LIBRARY / "sglang_probe.py"
-FINGERPRINT = LIBRARY / "sglang_fingerprint.py"
 MODULE_UTILS = MODULE_UTILS_DIR
-DRAFT_FIXTURE = REPO / "files" / "models" / "deepseek-v3-eagle3" / "config.json"
 ANSIBLE = REPO / ".venv" / "bin" / "ansible"
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
-USER_IDS = [-1, 2, 30]
-
-
-
-def sha(path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def fake_systemctl(root: Path, active: bool) -> str:
-    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive)."""
-    bin_dir = root / ("bin-active" if active else "bin-inactive")
-    bin_dir.mkdir(exist_ok=True)
-    stub = bin_dir / "systemctl"
-    if not stub.exists():
-        stub.write_text("#!/bin/sh\nexit %d\n" % (0 if active else 3))
-        stub.chmod(0o755)
-    return "%s:%s" % (bin_dir, os.environ.get("PATH", ""))
-
-
-def run_module(module: Path, tmp: Path, args: dict, active: bool = True, check_mode: bool = False):
-    payload = {"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check_mode)}
-    args_file = tmp / ("args-%s.json" % module.stem)
-    args_file.write_text(json.dumps(payload))
-    env = dict(os.environ, PATH=fake_systemctl(tmp, active))
-    proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(module), str(args_file)],
-                          capture_output=True, text=True, timeout=120, env=env)
-    try:
-        return proc.returncode, json.loads(proc.stdout)
-    except ValueError:
-        raise AssertionError("module printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
-
-
-class Host:
-    """One host's files, laid out as the role leaves them after a healthy start."""
-
-    def __init__(self, tmp: Path, venv: Path, version: str, patches, patch: bool = True):
-        self.tmp, self.venv, self.version, self.patches = tmp, venv, version, patches
-        self.backup = tmp / "backup"
-        fix = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches,
-                              state="present" if patch else "audit", backup_dir=str(self.backup)))
-        assert not fix["failed"], fix["msg"]
-        self.fix = fix
-        self.draft = tmp / "draft" / "config.json"
-        self.draft.parent.mkdir()
-        config = json.loads(DRAFT_FIXTURE.read_text())
-        config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = fix["draft_layer_ids"]
-        self.draft.write_text(json.dumps(config, indent=2) + "\n")
-        self.unit = tmp / "sglang.service"
-        self.unit.write_text("[Service]\nExecStart=/opt/sglang/venv/bin/python -m sglang.launch_server\n")
-        self.env = tmp / "sglang.env"
-        self.env.write_text("HF_TOKEN=secret\n")
-        self.env.chmod(0o600)
-        self.state_file = tmp / "state" / "running.json"
-        self.components = {
-            "draft_config": str(self.draft),
-            "unit": str(self.unit),
-            "environment": str(self.env),
-            "command": "value:/opt/sglang/venv/bin/python -m sglang.launch_server",
-        }
-        # What the role records after the gates, with the sglang component the *present*
-        # result carries; the probe takes it from its audit.
-        recorded = dict(self.components, sglang="value:" + fix["fingerprint"])
-        rc, res = run_module(FINGERPRINT, tmp, dict(components=recorded, state_file=str(self.state_file),
-                                                     service="sglang", state="record"))
-        assert rc == 0 and res["changed"], res
-
-    def args(self, **over):
-        args = dict(
-            venv=str(self.venv), expected_version=self.version, layer_ids=USER_IDS, patches=self.patches,
-            pipeline_parallel_size=1, backup_dir=str(self.backup), draft_config=str(self.draft),
-            fingerprint_file=str(self.state_file), fingerprint_components=dict(self.components),
-            service="sglang", service_manage=True,
-        )
-        if "files" not in over:
-            args["files"] = {"unit": {"path": str(self.unit), "sha256": sha(self.unit)},
-                             "environment": {"path": str(self.env), "sha256": sha(self.env)}}
-        args.update(over)
-        return args
-
-    def probe(self, active=True, check_mode=False, **over):
-        rc, res = run_module(MODULE, self.tmp, self.args(**over), active=active, check_mode=check_mode)
-        assert rc == 0, res
-        assert res["changed"] is False
-        return res
-
-
-@pytest.fixture
-def host(make_venv, patches, tmp_path):
-    def make(version: str, patch: bool = True) -> Host:
-        return Host(tmp_path, make_venv(version), version, patches, patch=patch)
-    return make
-
-
-def site_file(venv: Path, rel: str) -> Path:
-    return next(venv.glob("lib/python3*/site-packages")) / rel
-
 
 def tree_snapshot(root: Path):
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
@@ -271,18 +174,14 @@ def test_the_fingerprint_value_is_the_engines_and_prints_the_companion_as_python
 def test_one_call_cost(host):
     """Per-call time of the module on an installed, compliant 0.5.9 (printed; loose bound)."""
     h = host("0.5.9")
-    args_file = h.tmp / "cost.json"
-    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": h.args()}))
-    env = dict(os.environ, PATH=fake_systemctl(h.tmp, True))
     times, cpu = [], []
     for _ in range(5):
         start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-        proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(MODULE), str(args_file)],
-                              capture_output=True, text=True, env=env, check=True)
+        rc, res = run_module(MODULE, h.tmp, h.args())
         times.append(time.perf_counter() - start)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu.append(after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime)
-        assert json.loads(proc.stdout)["compliant"] is True
+        assert rc == 0 and res["compliant"] is True, res
     # Wall time depends on the machine's load; CPU time (user + sys) much less.
     print("\nsglang_probe per call (whole process): wall min %.3fs median %.3fs, cpu min %.3fs median %.3fs"
           % (min(times), sorted(times)[2], min(cpu), sorted(cpu)[2]))

@@ -13,30 +13,18 @@ All traffic goes to 127.0.0.1 only.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-import zipfile
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-DOUBLE = REPO / "files" / "sglang_test_double" / "sglang_test_double.py"
-WHEEL_CACHE = Path(
-    os.environ.get("SGLANG_WHEEL_CACHE", str(Path.home() / ".cache" / "sglang-remediation" / "wheels"))
-)
-PRISTINE_059_SHA256 = "4071b9a6a6ac71e1143204708df42f2ba5bd163a5d7a020579242df56e490a35"
-DEEPSEEK_V3_LAYERS = 61
+from double_harness import (DEEPSEEK_V3_LAYERS, DOUBLE, Double, companion_patch, free_port, http, make_models,
+                            make_site, patch_embedding_capture, remediated_double, spec_flags)
 
 
 def _load_module() -> Any:
@@ -123,206 +111,6 @@ class CudaGraphRunner:
     def __init__(self, model_runner):
         self.capture()
 '''
-
-
-def patch_embedding_capture(source: str, clone: bool = True) -> str:
-    """A test-local embedding-capture patch in the shape the facts describe.
-
-    Independent of the role's templates on purpose: the double must recognise
-    any patch of this shape, and these tests must not depend on the role.
-    """
-    appended = "hidden_states.clone()" if clone else "hidden_states"
-    replacements = [
-        ("        self.layers_to_capture = []\n",
-         "        self.layers_to_capture = []\n        self.capture_embedding = False\n"),
-        ("        aux_hidden_states = []\n",
-         "        aux_hidden_states = []\n        if self.capture_embedding:\n"
-         "            aux_hidden_states.append(%s)\n" % appended),
-        ("            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]\n",
-         "            self.model.layers_to_capture = [2, num_layers // 2, num_layers - 3]\n"
-         "            self.model.capture_embedding = False\n"),
-        ("            self.model.layers_to_capture = [val + 1 for val in layer_ids]\n",
-         "            self.model.capture_embedding = -1 in layer_ids\n"
-         "            self.model.layers_to_capture = [val + 1 for val in layer_ids if val != -1]\n"),
-    ]
-    for old, new in replacements:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    return source
-
-
-def companion_patch(graph_runner_source: str) -> str:
-    """Pass the configured ids to the pre-capture call (the CUDA-graph companion)."""
-    old = "self.model_runner.model.set_eagle3_layers_to_capture()"
-    assert graph_runner_source.count(old) == 1
-    return graph_runner_source.replace(
-        old, "self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)"
-    )
-
-
-@pytest.fixture(scope="session")
-def real_059() -> Dict[str, str]:
-    """Pristine SGLang 0.5.9 files from the released wheel (downloaded once, cached)."""
-    wheel = WHEEL_CACHE / "sglang-0.5.9-py3-none-any.whl"
-    if not wheel.exists():
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)],
-            capture_output=True, text=True, timeout=600,
-        )
-        if proc.returncode != 0 or not wheel.exists():
-            pytest.skip("cannot fetch the sglang 0.5.9 wheel: %s" % proc.stderr[-500:])
-    with zipfile.ZipFile(wheel) as zf:
-        files = {
-            "deepseek_v2": zf.read("sglang/srt/models/deepseek_v2.py").decode(),
-            "cuda_graph_runner": zf.read("sglang/srt/model_executor/cuda_graph_runner.py").decode(),
-            "metadata": zf.read("sglang-0.5.9.dist-info/METADATA").decode(),
-        }
-    assert hashlib.sha256(files["deepseek_v2"].encode()).hexdigest() == PRISTINE_059_SHA256
-    return files
-
-
-def make_site(root: Path, version: str, model_source: str, graph_runner: Optional[str],
-              metadata: Optional[str] = None) -> Path:
-    """A site-packages tree holding just the files the double inspects."""
-    site = root / "site-packages"
-    (site / "sglang" / "srt" / "models").mkdir(parents=True)
-    (site / "sglang" / "srt" / "model_executor").mkdir(parents=True)
-    (site / "sglang" / "srt" / "models" / "deepseek_v2.py").write_text(model_source)
-    if graph_runner is not None:
-        (site / "sglang" / "srt" / "model_executor" / "cuda_graph_runner.py").write_text(graph_runner)
-    dist = site / ("sglang-%s.dist-info" % version)
-    dist.mkdir()
-    (dist / "METADATA").write_text(metadata or "Metadata-Version: 2.4\nName: sglang\nVersion: %s\n\n" % version)
-    return site
-
-
-def make_models(root: Path, layer_ids: Optional[List[int]], num_layers: int = DEEPSEEK_V3_LAYERS) -> Tuple[Path, Path]:
-    """Target and draft model dirs with only their config.json."""
-    target, draft = root / "target", root / "draft"
-    target.mkdir()
-    draft.mkdir()
-    (target / "config.json").write_text(json.dumps(
-        {"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": num_layers}))
-    config: Dict[str, Any] = {"architectures": ["LlamaForCausalLMEagle3"]}
-    if layer_ids is not None:
-        config["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": layer_ids, "use_aux_hidden_state": True}
-    (draft / "config.json").write_text(json.dumps(config))
-    return target, draft
-
-
-def spec_flags(target: Path, draft: Path, steps: int, topk: int, draft_tokens: int) -> List[str]:
-    return [
-        "--model-path", str(target), "--speculative-draft-model-path", str(draft),
-        "--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
-        "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft_tokens),
-        "--tp-size", "8", "--trust-remote-code", "--mem-fraction-static", "0.8",
-    ]
-
-
-# --------------------------------------------------------------------------
-# Running the double
-# --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(port: int, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, Any]:
-    """GET or POST to the double on loopback; returns (status, parsed body)."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            raw = resp.read()
-            status = resp.status
-    except urllib.error.HTTPError as err:
-        raw, status = err.read(), err.code
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode()
-
-
-class Double:
-    """The double as a subprocess on 127.0.0.1 with a free port."""
-
-    def __init__(self, tmp: Path, flags: List[str], site: Optional[Path], **env: str) -> None:
-        self.port = free_port()
-        self.log = tmp / ("double-%d.log" % self.port)
-        environ = dict(os.environ)
-        environ.update({"SGLANG_TEST_DOUBLE_STARTUP_DELAY": "0.3"})
-        if site is not None:
-            environ["SGLANG_TEST_DOUBLE_SITE_PACKAGES"] = str(site)
-        environ.update(env)
-        self._fh = open(self.log, "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(DOUBLE), *flags, "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=self._fh, stderr=subprocess.STDOUT, env=environ,
-        )
-
-    def wait_listening(self, timeout: float = 15) -> None:
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            assert self.proc.poll() is None, self.output()
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("double never listened:\n" + self.output())
-
-    def wait_healthy(self, timeout: float = 15) -> None:
-        self.wait_listening(timeout)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if http(self.port, "/health")[0] == 200:
-                return
-            assert self.proc.poll() is None, self.output()
-            time.sleep(0.05)
-        raise AssertionError("double never became healthy:\n" + self.output())
-
-    def output(self) -> str:
-        if not self._fh.closed:
-            self._fh.flush()
-        return self.log.read_text()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=10)
-        self._fh.close()
-        return code
-
-
-@pytest.fixture
-def run_double(tmp_path: Path) -> Iterator[Any]:
-    started: List[Double] = []
-
-    def start(flags: List[str], site: Optional[Path], **env: str) -> Double:
-        double = Double(tmp_path, flags, site, **env)
-        started.append(double)
-        return double
-
-    yield start
-    for double in started:
-        if double.proc.poll() is None:
-            double.proc.kill()
-            double.proc.wait(timeout=10)
-
-
-def remediated_double(root: Path, run_double: Any, real_059: Dict[str, str], steps: int = 15, draft_tokens: int = 16,
-                      extra_flags: Sequence[str] = (), **env: str) -> Double:
-    """The double serving the real 0.5.9 as the role remediates it (patch and companion), draft trained on
-    [-1, 2, 30], with the speculative flags ``steps``/1/``draft_tokens``."""
-    site = make_site(root, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
-                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
-    target, draft = make_models(root, [-1, 2, 30])
-    return run_double(spec_flags(target, draft, steps, 1, draft_tokens) + list(extra_flags), site, **env)
 
 
 def accept_length_after_generate(double: Double, tokens: int = 256) -> Tuple[float, Dict[str, Any], Dict[str, Any]]:
@@ -445,10 +233,7 @@ def test_incident_wiring_on_real_059_accepts_about_1_6(tmp_path: Path, run_doubl
 
 def test_remediated_wiring_on_real_059_accepts_high(tmp_path: Path, run_double: Any, real_059: Dict[str, str]) -> None:
     """Patched 0.5.9 + CUDA-graph companion, ids [-1, 2, 30], steps 15 / topk 1 / draft 16."""
-    site = make_site(tmp_path, "0.5.9", patch_embedding_capture(real_059["deepseek_v2"]),
-                     companion_patch(real_059["cuda_graph_runner"]), real_059["metadata"])
-    target, draft = make_models(tmp_path, [-1, 2, 30])
-    double = run_double(spec_flags(target, draft, 15, 1, 16), site)
+    double = remediated_double(tmp_path, run_double, real_059)
     accept, meta, info = accept_length_after_generate(double)
     assert 3.2 <= accept <= 3.7
     assert meta["test_double_tokens_per_second"] > 90

@@ -5,17 +5,20 @@ runs (rc, the recap's changed count, whether the host moved), which a single
 Molecule action cannot express. Their testinfra files call ``run_playbook`` with
 the scenario's own inventory and Ansible configuration (Molecule passes both to
 the verifier through the environment) and compare ``snapshot`` before and after.
+
+The counts come from ``callback_plugins/run_stats.py``, which writes the recap's
+numbers per host as JSON beside the run's usual output: the stdout stays what an
+operator sees, for the messages and diffs the tests look for.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 PROJECT = Path(__file__).resolve().parents[2]
 CONVERGE = PROJECT / "molecule" / "default" / "converge.yml"
@@ -31,14 +34,13 @@ UNIT = "/etc/systemd/system/sglang.service"
 WATCHED = ("/opt", "/etc/systemd/system", "/etc/sglang", "/var/lib/sglang-remediation",
            "/var/lib/sglang", "/var/cache/sglang", "/models", "/usr/local/lib/sglang-test-double")
 
-_RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)"
-                    r"\s+skipped=(\d+)\s+rescued=(\d+)\s+ignored=(\d+)", re.M)
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+CALLBACK_PLUGINS = Path(__file__).resolve().parent / "callback_plugins"
 
 
 @dataclass
 class Run:
-    """One ansible-playbook run as the verifier saw it."""
+    """One ansible-playbook run as the verifier saw it: rc, stdout and stderr, and
+    the recap's counts per host (empty when the run ended before its recap)."""
 
     rc: int
     output: str
@@ -54,13 +56,31 @@ class Run:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
-def parse_recap(output: str) -> Dict[str, Dict[str, int]]:
-    """PLAY RECAP counts per host (the last recap wins)."""
-    keys = ("ok", "changed", "unreachable", "failed", "skipped", "rescued", "ignored")
-    out: Dict[str, Dict[str, int]] = {}
-    for match in _RECAP.finditer(_ANSI.sub("", output)):
-        out[match.group(1)] = dict(zip(keys, (int(g) for g in match.groups()[1:])))
-    return out
+def stats_env(stats_file: Path, env: Mapping[str, str]) -> Dict[str, str]:
+    """``env`` with what makes run_stats write a run's counts to ``stats_file``.
+
+    The callback directory goes before any that ``env`` already names; the run's
+    ansible.cfg, its stdout callback and callbacks_enabled stay as they are.
+    """
+    paths = [str(CALLBACK_PLUGINS)] + [p for p in env.get("ANSIBLE_CALLBACK_PLUGINS", "").split(os.pathsep) if p]
+    return dict(env, ANSIBLE_CALLBACK_PLUGINS=os.pathsep.join(paths), SGLANG_TEST_STATS_FILE=str(stats_file))
+
+
+def read_stats(stats_file: Path) -> Dict[str, Dict[str, int]]:
+    """The counts run_stats wrote; none for a run that never reached its end (killed, timed out)."""
+    try:
+        return json.loads(Path(stats_file).read_text())["hosts"]
+    except FileNotFoundError:
+        return {}
+
+
+def run_ansible(argv: Sequence[str], env: Dict[str, str], cwd: Path = PROJECT, timeout: int = 900) -> Run:
+    """Run one ansible-playbook command line to its end; never raises on rc != 0."""
+    with tempfile.TemporaryDirectory(prefix="run-stats-") as tmp:
+        stats_file = Path(tmp) / "stats.json"
+        proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=stats_env(stats_file, env), cwd=str(cwd), timeout=timeout, check=False)
+        return Run(proc.returncode, proc.stdout, read_stats(stats_file))
 
 
 def inventory() -> str:
@@ -84,12 +104,20 @@ def run_playbook(playbook: Path = CONVERGE, extra_vars: Optional[Dict[str, Any]]
         json.dump(extra_vars or {}, fh)
         vars_file = fh.name
     try:
-        cmd += ["-e", "@" + vars_file]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, cwd=str(PROJECT), timeout=timeout, check=False)
+        return run_ansible([*cmd, "-e", "@" + vars_file], env, timeout=timeout)
     finally:
         os.unlink(vars_file)
-    return Run(proc.returncode, proc.stdout, parse_recap(proc.stdout))
+
+
+def assert_rerun_changes_nothing(host, extra_vars: Optional[Dict[str, Any]], starts_so_far: int) -> Run:
+    """Converge again on ``extra_vars``: rc 0, changed 0 for every host, the host exactly as
+    it was (snapshot) and no new start of the server."""
+    before = snapshot(host)
+    run = run_playbook(extra_vars=extra_vars)
+    assert run.rc == 0 and run.changed() == 0, run.tail(120)
+    assert snapshot_diff(before, snapshot(host)) == []
+    assert starts(host) == starts_so_far
+    return run
 
 
 def snapshot(host) -> Dict[str, str]:

@@ -4,6 +4,8 @@ Nothing of the checkout is visible to these runs: no ansible.cfg, no roles_path,
 collections/ link. The working directory holds only an inventory for this host; the
 collections path holds the installed tarball plus community.docker, which only the
 test bed's docker connection needs (the collection itself depends on no collection).
+The one exception is the verifiers' run_stats callback (molecule/shared), which only
+writes the recap's counts to a file outside the working directory.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-from scenario_helpers import PROJECT, parse_recap, server_info, starts  # noqa: E402
+from scenario_helpers import PROJECT, Run, run_ansible, server_info, starts  # noqa: E402
 
 # SGLANG_TESTBED_PREFIX keeps the containers of two checkouts tested side by side apart.
 HOST = "%s-collection-%s" % (os.environ.get("SGLANG_TESTBED_PREFIX", "sglang"),
@@ -60,10 +62,9 @@ def installed(tmp_path_factory):
     return {"tarball": tarball, "collections": collections, "work": work, "env": env}
 
 
-def playbook(installed, *args: str, timeout: int = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "ansible-playbook"), "-i", "inventory.yml", *args],
-                          cwd=str(installed["work"]), env=installed["env"], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=timeout)
+def playbook(installed, *args: str, timeout: int = 1200) -> Run:
+    return run_ansible([str(BIN / "ansible-playbook"), "-i", "inventory.yml", *args], installed["env"],
+                       cwd=installed["work"], timeout=timeout)
 
 
 def report_row(installed) -> dict:
@@ -83,7 +84,7 @@ def test_artifact_ships_the_collection_and_not_the_project(installed):
                     "changelogs/changelog.yaml", "CHANGELOG.md"):
         assert shipped in names, shipped
     for left_out in ("molecule", "testbed", "bench", "scripts", "tests/conftest.py", "files", "inventory",
-                     ".ci", "ansible.cfg", "playbooks/testbed-prepare.yml"):
+                     ".ci", ".config", "ansible.cfg", "playbooks/testbed-prepare.yml"):
         assert not any(n == left_out or n.startswith(left_out + "/") for n in names), left_out
 
 
@@ -97,9 +98,8 @@ def test_ansible_doc_reads_the_installed_modules(installed):
 def test_remediate_by_fqcn_reaches_compliance_then_changes_nothing(host, installed):
     assert sorted(p.name for p in installed["work"].iterdir()) == ["inventory.yml"]
     first = playbook(installed, "fleetops.sglang.remediate")
-    assert first.returncode == 0, first.stdout[-6000:]
-    recap = parse_recap(first.stdout)
-    assert recap[HOST]["changed"] > 0 and recap[HOST]["failed"] == 0, recap
+    assert first.rc == 0, first.tail(120)
+    assert first.recap[HOST]["changed"] > 0 and first.recap[HOST]["failed"] == 0, first.recap
     info = server_info(host)
     assert info["version"] == "0.5.9"
     assert (info["speculative_num_steps"], info["speculative_eagle_topk"],
@@ -110,16 +110,16 @@ def test_remediate_by_fqcn_reaches_compliance_then_changes_nothing(host, install
     assert row["decision"] == "patch" and row["release"] == "0.5.9", row
 
     rerun = playbook(installed, "fleetops.sglang.remediate")
-    assert rerun.returncode == 0, rerun.stdout[-6000:]
-    assert parse_recap(rerun.stdout)[HOST]["changed"] == 0, rerun.stdout[-6000:]
+    assert rerun.rc == 0, rerun.tail(120)
+    assert rerun.recap[HOST]["changed"] == 0, rerun.tail(120)
     assert starts(host) == 1
     row = report_row(installed)
     assert row["status"] == "ok" and row["compliant"] is True, row
-    assert "SGLANG FLEET REPORT" in rerun.stdout, rerun.stdout[-3000:]
+    assert "SGLANG FLEET REPORT" in rerun.output, rerun.tail()
 
 
 def test_audit_by_fqcn_finds_the_host_compliant(installed):
     audit = playbook(installed, "fleetops.sglang.audit")
-    assert audit.returncode == 0, audit.stdout[-6000:]
-    assert parse_recap(audit.stdout)[HOST]["changed"] == 0
+    assert audit.rc == 0, audit.tail(120)
+    assert audit.recap[HOST]["changed"] == 0, audit.recap
     assert report_row(installed)["compliant"] is True

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import (  # noqa: E402
-    CONVERGE, PROJECT, UNIT, deepseek_path, draft_ids, inventory, record_sha256, run_playbook,
-    server_info, sha256, snapshot, snapshot_diff, starts,
+    CONVERGE, PROJECT, UNIT, assert_rerun_changes_nothing, deepseek_path, draft_ids, inventory, record_sha256,
+    run_playbook, server_info, sha256, starts,
 )
 
 UPGRADE = {"sglang_version": "0.5.12.post1"}
@@ -85,17 +85,8 @@ def test_rerun_restarts_exactly_once_without_repatching(host):
     _compliant(host, "0.5.12.post1", 15)
 
 
-def _rerun_changes_nothing(host, extra_vars, starts_so_far: int) -> None:
-    """A rerun with the same inputs reports no change, leaves the host as it was and starts nothing."""
-    before = snapshot(host)
-    run = run_playbook(extra_vars=extra_vars)
-    assert run.rc == 0 and run.changed() == 0, run.tail(120)
-    assert snapshot_diff(before, snapshot(host)) == []
-    assert starts(host) == starts_so_far
-
-
 def test_rerun_after_the_finished_upgrade_changes_nothing(host):
-    _rerun_changes_nothing(host, UPGRADE, 2)
+    assert_rerun_changes_nothing(host, UPGRADE, starts_so_far=2)
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -139,4 +130,4 @@ def test_rerun_after_the_kill_restarts_exactly_once_and_records(host):
 
 
 def test_third_run_changes_nothing(host):
-    _rerun_changes_nothing(host, SLOW_FLAGS, 4)
+    assert_rerun_changes_nothing(host, SLOW_FLAGS, starts_so_far=4)

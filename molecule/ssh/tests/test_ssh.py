@@ -22,7 +22,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from scenario_helpers import PROJECT, STARTS_LOG, Run, parse_recap  # noqa: E402
+from scenario_helpers import PROJECT, STARTS_LOG, Run, read_stats, stats_env  # noqa: E402
 
 SSH_DIR = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "ssh"
 INVENTORY = SSH_DIR / "inventory"
@@ -63,8 +63,13 @@ def server_info(name: str) -> Dict[str, Any]:
                                "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
 
 
+def stats_file(name: str) -> Path:
+    return SSH_DIR / ("%s.stats.json" % name)
+
+
 def command(name: str, playbook: str, extra_vars: Optional[Dict[str, Any]] = None, args: Sequence[str] = ()):
-    """argv and environment of one operator run; the report goes to its own directory."""
+    """argv and environment of one operator run; the report goes to its own directory,
+    the recap's counts to ``stats_file(name)``."""
     vars_file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
     json.dump(extra_vars or {}, vars_file)
     vars_file.close()
@@ -72,7 +77,8 @@ def command(name: str, playbook: str, extra_vars: Optional[Dict[str, Any]] = Non
             "@" + vars_file.name, *args]
     env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                ANSIBLE_FORCE_COLOR="0", SGLANG_REPORT_DIR=str(SSH_DIR / "reports" / name))
-    return argv, env
+    stats_file(name).unlink(missing_ok=True)  # a run that ends before its recap leaves none
+    return argv, stats_env(stats_file(name), env)
 
 
 def run(name: str, playbook: str = "remediate.yml", extra_vars: Optional[Dict[str, Any]] = None,
@@ -81,7 +87,7 @@ def run(name: str, playbook: str = "remediate.yml", extra_vars: Optional[Dict[st
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                           cwd=str(PROJECT), timeout=1800, check=False)
     (SSH_DIR / ("%s.log" % name)).write_text(proc.stdout)
-    return Run(proc.returncode, proc.stdout, parse_recap(proc.stdout))
+    return Run(proc.returncode, proc.stdout, read_stats(stats_file(name)))
 
 
 def report(name: str) -> Dict[str, Any]:
@@ -210,7 +216,7 @@ def test_two_runs_started_together_restart_once():
     # The second waited for the first's lease (or, on a slow machine, probed only once the first had
     # finished and found nothing to do: then the lease was not needed).
     waited = [n for n, o in outputs.items() if "waiting up to 300s for the lease held by run" in o]
-    untouched = [n for n, o in outputs.items() if parse_recap(o).get(H1, {}).get("changed") == 0]
+    untouched = [n for n in outcomes if read_stats(stats_file(n)).get(H1, {}).get("changed") == 0]
     assert len(waited) == 1 or len(untouched) == 1, (waited, untouched)
     # No interleaved writes: the host is exactly as the first converge left it.
     assert sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK) == _state["patched"]

@@ -14,8 +14,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import (  # noqa: E402
-    SITE, deepseek_path, draft_ids, record_sha256, run_playbook, server_info, sha256, snapshot,
-    snapshot_diff, starts,
+    SITE, assert_rerun_changes_nothing, deepseek_path, draft_ids, record_sha256, run_playbook, server_info,
+    sha256, starts,
 )
 
 CUDA_GRAPH_REL = "sglang/srt/model_executor/cuda_graph_runner.py"
@@ -102,9 +102,5 @@ def test_upgrade_to_0514_needs_no_patch_and_shifts_the_ids(host):
 
 @pytest.mark.parametrize("version", ["0.5.14"])
 def test_rerun_changes_nothing_and_does_not_restart(host, version):
-    before = snapshot(host)
-    run = run_playbook(extra_vars={"sglang_version": version})
-    assert run.rc == 0 and run.changed() == 0, run.tail(120)
-    assert starts(host) == 3
-    assert snapshot_diff(before, snapshot(host)) == []
+    assert_rerun_changes_nothing(host, {"sglang_version": version}, starts_so_far=3)
     _assert_serving(host, version)

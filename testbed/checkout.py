@@ -1,0 +1,48 @@
+"""This checkout as the role and the modules see it, for the unit tests and for the
+release scripts (scripts/check-all-releases, scripts/check-cuda-graph-replay).
+
+The checkout is the collection fleetops.sglang (scripts/bootstrap links it into
+collections/); modules import their module_utils by the collection's name, so
+``importable()`` puts a collections path holding that link on sys.path. The patch
+templates are rendered the way the role's lookup('template') renders them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Dict
+
+REPO = Path(__file__).resolve().parents[1]
+TEMPLATES = REPO / "roles" / "sglang" / "templates" / "patches"
+MARKER = "sglang-remediation eagle3-embed v1"
+
+
+def collections_path() -> Path:
+    """A collections path on which ansible_collections.fleetops.sglang is this checkout."""
+    for base in (REPO / "collections", REPO / ".cache" / "test-collections"):
+        link = base / "ansible_collections" / "fleetops" / "sglang"
+        if link.resolve() == REPO:
+            return base
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(REPO, target_is_directory=True)
+    return base
+
+
+def importable() -> Path:
+    """Make ``ansible_collections.fleetops.sglang`` importable; the collections path used."""
+    path = collections_path()
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+    return path
+
+
+def render_templates(marker: str = MARKER) -> Dict[str, str]:
+    """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
+    import jinja2  # the controller's; only the callers that render need it
+
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
+    return {p.name[: -len(".hunks.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
+            for p in sorted(TEMPLATES.glob("*.hunks.j2"))}
