@@ -320,7 +320,7 @@ def test_module_rejects_string_ids(make_venv, patches, tmp_path):
     venv = make_venv("0.5.9")
     _, out = run_module(LIBRARY, tmp_path, {"venv": str(venv), "patches": patches, "layer_ids": ["-1", "2"],
                                             "backup_dir": str(tmp_path / "bk")})
-    assert out["failed"] and "integers" in out["msg"]
+    assert out["failed"] and "layer_ids[0] is '-1' (str); every id must be an int" in out["msg"], out["msg"]
 
 
 def _old_python():

@@ -25,6 +25,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_eagl
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fileio as _fileio
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunks as _hunks
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as _shapes
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _speculative
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as _forward
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as _forward_code
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_harness as _forward_harness
@@ -40,8 +41,8 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/test_audit_memo.py checks the list against the imports).
-ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _verify, _forward, _forward_code, _forward_standins,
-                  _forward_model, _forward_harness, _engine, sys.modules[__name__])
+ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _speculative, _verify, _forward, _forward_code,
+                  _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 
 def engine_source_digest() -> Optional[str]:

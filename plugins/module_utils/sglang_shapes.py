@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence, Tuple
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _speculative
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_hunks import parse_tree, segment
 
 DEFAULT_LAYER_IDS = [-1, 2, 30]
@@ -32,26 +33,16 @@ MODEL_FORWARD = "DeepseekV2Model.forward"
 
 
 def validate_layer_ids(value: Any) -> List[int]:
-    """Return the user's layer ids, or raise ValueError saying what is wrong.
+    """Return the user's layer ids, or raise ValueError naming every reason they cannot work.
 
-    The draft was trained on features in ascending layer order (SGLang concatenates
-    captures in layer order, whatever order the config lists), so the ids must be
-    unique and ascending; -1 (the embedding) can only come first. bool is rejected
-    because ``True`` would silently mean layer 1.
+    The rules are sglang_speculative.validate_layer_ids' (the role's preflight lists the
+    same findings): unique, ascending, ints only (``True`` would silently mean layer 1),
+    -1 (the embedding) only first.
     """
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError("layer_ids must be a non-empty list of integers, got %r" % (value,))
-    for item in value:
-        if isinstance(item, bool) or not isinstance(item, int):
-            raise ValueError("layer_ids must hold integers only, got %r in %r" % (item, value))
-        if item < -1:
-            raise ValueError("layer_ids accepts -1 (embedding) and layer numbers >= 0, got %r" % (item,))
-    ids = list(value)
-    if len(set(ids)) != len(ids):
-        raise ValueError("layer_ids must be unique, got %r" % (ids,))
-    if ids != sorted(ids):
-        raise ValueError("layer_ids must be ascending (captures are concatenated in layer order), got %r" % (ids,))
-    return ids
+    errors = _speculative.validate_layer_ids(value, var="layer_ids")
+    if errors:
+        raise ValueError("; ".join(errors))
+    return list(value)
 
 
 def native_layer_ids(layer_ids: Sequence[int]) -> List[int]:
