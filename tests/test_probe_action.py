@@ -99,3 +99,8 @@ def test_only_a_compliant_host_on_the_fast_path_ends_at_its_probe():
     assert not fp.ends_here(PROBE, False)
     assert not fp.ends_here(dict(PROBE, compliant=False), True)
     assert not fp.ends_here({"probed": False, "compliant": False}, False)
+
+
+def test_the_role_reads_the_actions_one_decision_not_a_copy_of_it():
+    main = (ROLE / "tasks" / "main.yml").read_text()
+    assert "_sglang_probe.ends_here" in main and "_sglang_probe.compliant" not in main

@@ -138,7 +138,7 @@ class ActionModule(ActionBase):
 
         if not fast_path and not args.get("live"):
             # Nothing to read on the host: with the fast path off every host takes the full role.
-            result.update(changed=False, compliant=False, probed=False)
+            result.update(changed=False, compliant=False, probed=False, ends_here=False)
             if group:
                 self._join(group, result)
             return result
@@ -146,7 +146,9 @@ class ActionModule(ActionBase):
         result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
         if result.get("failed"):
             return result
-        if _fastpath.ends_here(result, fast_path):
+        # The one "a compliant host is done here" decision; tasks/main.yml reads it.
+        result["ends_here"] = _fastpath.ends_here(result, fast_path)
+        if result["ends_here"]:
             if report:
                 flags = self._templar.template({
                     "num_steps": task_vars.get("sglang_speculative_num_steps"),

@@ -13,10 +13,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-# The group the probe play puts a host in when it needs more than the probe; the
-# rollout play (serial, canary, max-fail) runs on it alone.
-NEEDS_WORK_GROUP = "sglang_needs_work"
-
 
 def ends_here(probe, fast_path):
     """Whether the host is done after its probe (the fast path is on and it is compliant)."""

@@ -269,6 +269,13 @@ lease_holder:
   returned: always
   sample: {"run_id": "20261201T120000Z-4242", "controller": "ops-1", "user": "alice", "pid": 4242,
            "started": 1796126400.0, "taken_at": 1796126410.0}
+ends_here:
+  description:
+    - Set by the action plugin, not by the host. True when the host is done after this task (the fast path is on and it
+      is compliant), so the role skips the rest.
+  type: bool
+  returned: always
+  sample: true
 compliant:
   description: Nothing to do on this host (RV(reasons) is empty).
   type: bool
