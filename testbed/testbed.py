@@ -71,6 +71,8 @@ ENGINE_WAIT_SECONDS = 60
 # committed); per fleet, its known_hosts and ssh's control sockets.
 SSH_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "testbed" / "ssh"
 SSH_USER = "ops"
+# Where scripts/wheelhouse puts the SGLang wheels the test hosts install from.
+WHEELHOUSE = Path(__file__).resolve().parents[1] / ".cache" / "wheelhouse"
 SSH_WAIT_SECONDS = 60
 
 # The systemd-in-a-container flags measured on these machines: no --privileged
@@ -655,6 +657,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="where the fleet's known_hosts and ssh control sockets go")
     p_down = sub.add_parser("fleet-down", help="remove the fleet's containers")
     p_down.add_argument("--prefix", default="sglang-demo")
+    p_conv = sub.add_parser("converged", help="the image of a host the role converged (testbed/converged.py);"
+                            " built when missing or stale")
+    p_conv.add_argument("--suite", action="append", choices=SUITES, help="default: bookworm")
+    p_conv.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
+    p_conv.add_argument("--prefix", default=os.environ.get("SGLANG_TESTBED_PREFIX", "sglang"))
+    p_conv.add_argument("--check-container", metavar="NAME",
+                        help="only check that this container's image is the current converged one")
     args = parser.parse_args(argv)
 
     if os.geteuid() != 0 and args.cmd in ("ensure", "fleet-up"):
@@ -674,6 +683,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.cmd == "fleet-down":
         removed = fleet_down(args.prefix)
         log(f"removed {len(removed)} container(s)")
+    elif args.cmd == "converged":
+        import converged  # noqa: PLC0415 (a sibling module that imports this one)
+        suites = args.suite or ["bookworm"]
+        if args.check_container:
+            print(converged.check_container(args.check_container, suites[0], args.wheelhouse))
+        else:
+            ensure(suites)
+            converged.ensure_converged(suites, args.wheelhouse, args.prefix)
     return 0
 
 

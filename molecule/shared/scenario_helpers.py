@@ -120,19 +120,13 @@ def assert_rerun_changes_nothing(host, extra_vars: Optional[Dict[str, Any]], sta
     return run
 
 
+SNAPSHOT_SCRIPT = (Path(__file__).resolve().parent / "snapshot_host.py").read_text()
+
+
 def snapshot(host) -> Dict[str, str]:
-    """What a run could have changed on the host, as comparable text."""
-    paths = " ".join(WATCHED)
-    # Directories without mtime: restoring a stashed directory moves its parent's.
-    listing = host.run("{ find %s -xdev -type d -printf '%%y %%m %%u:%%g %%p\\n';"
-                       " find %s -xdev ! -type d -printf '%%y %%m %%u:%%g %%s %%T@ %%p\\n'; } 2>/dev/null | sort"
-                       % (paths, paths))
-    hashes = host.run("find %s -xdev -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum" % paths)
-    service = host.run("systemctl show -p ActiveState -p SubState -p MainPID -p ExecMainStartTimestampMonotonic "
-                       "-p ActiveEnterTimestampMonotonic -p NRestarts -p UnitFileState -p FragmentPath sglang")
-    accounts = host.run("getent passwd sglang; getent group sglang; true")
-    return {"listing": listing.stdout, "hashes": hashes.stdout, "service": service.stdout,
-            "accounts": accounts.stdout}
+    """What a run could have changed on the host, as comparable text, from one remote command
+    (snapshot_host.py): the watched paths listed and hashed, the unit's state, the accounts."""
+    return json.loads(host.check_output("python3 -c %s %s" % (_quote(SNAPSHOT_SCRIPT), " ".join(WATCHED))))
 
 
 def snapshot_diff(before: Dict[str, str], after: Dict[str, str]) -> List[str]:

@@ -1,0 +1,154 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which tasks ran, and which way their conditions went, for the suite's task coverage.
+
+A test instrument, not part of the collection, loaded like run_stats.py from this
+directory (no enabling needed), silent unless SGLANG_TEST_COVERAGE_DIR names a
+directory. Then each ansible-playbook process writes one JSON file there, at its
+end and after every task (a run killed mid-way keeps what it saw):
+
+  {"tasks": {"<file>:<line>": {"name": ..., "ran": N, "skipped": N,
+                                "conditions": {"<when item>": {"true": N, "false": N}}}}}
+
+A task "ran" on a host when it returned ok, changed or failed there (a loop's items
+count one by one). Ansible evaluates a task's ``when`` items (its own, then those of
+its blocks, includes and role) in order and stops at the first false one, which it
+reports as ``false_condition``: the items before it were true, it was false, and
+the rest were not evaluated. A task that ran saw all of them true.
+
+Paths are kept from ``roles/`` or ``playbooks/`` on, so runs of the installed
+collection (the collection scenario) count for the checkout's files.
+testbed/coverage.py merges the files of a suite run and judges them.
+"""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: task_coverage
+type: aggregate
+short_description: Record which role and playbook tasks ran and how their conditions evaluated
+description:
+  - Writes, per ansible-playbook process, a JSON file into the directory named by the
+    E(SGLANG_TEST_COVERAGE_DIR) environment variable; without it the callback does nothing.
+author:
+  - SGLang remediation maintainers (@fleetops)
+"""
+
+import json
+import os
+import re
+from typing import Any, Dict, Optional
+
+from ansible.plugins.callback import CallbackBase
+
+_ANCHOR = re.compile(r"(?:^|/)((?:roles|playbooks)/.*)$")
+
+
+def relative(path: Optional[str]) -> Optional[str]:
+    """'<anything>/roles/sglang/tasks/x.yml:12' -> 'roles/sglang/tasks/x.yml:12'; None for other files."""
+    if not path:
+        return None
+    match = _ANCHOR.search(str(path))
+    return match.group(1) if match else None
+
+
+def conditions(task: Any) -> list:
+    try:
+        when = task.when or []
+    except Exception:  # noqa: BLE001 (a task object that cannot say: record nothing rather than break the run)
+        return []
+    if not isinstance(when, list):
+        when = [when]
+    return [str(c) for c in when if not isinstance(c, bool)]
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "task_coverage"
+    # Loaded from its directory without callbacks_enabled, like run_stats.
+    CALLBACK_NEEDS_ENABLED = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._dir = os.environ.get("SGLANG_TEST_COVERAGE_DIR")
+        self._tasks: Dict[str, Dict[str, Any]] = {}
+        self._file = None
+        if self._dir:
+            os.makedirs(self._dir, exist_ok=True)
+            self._file = os.path.join(self._dir, "run-%d-%d.json" % (os.getpid(), id(self)))
+
+    # ----------------------------------------------------------------- recording
+
+    def _entry(self, task: Any) -> Optional[Dict[str, Any]]:
+        if not self._dir or task is None:
+            return None
+        path = relative(task.get_path())
+        if path is None:
+            return None
+        entry = self._tasks.setdefault(path, {"name": task.get_name(), "ran": 0, "skipped": 0, "conditions": {}})
+        return entry
+
+    def _seen(self, task: Any, result: Optional[Dict[str, Any]], ran: bool) -> None:
+        entry = self._entry(task)
+        if entry is None:
+            return
+        conds = conditions(task)
+        false = (result or {}).get("false_condition") if not ran else None
+        if ran:
+            entry["ran"] += 1
+        else:
+            entry["skipped"] += 1
+        for cond in conds:
+            counts = entry["conditions"].setdefault(cond, {"true": 0, "false": 0})
+            if ran:
+                counts["true"] += 1
+                continue
+            if false is None:
+                break  # skipped for another reason (a tag, check mode, an end_host): nothing was evaluated
+            if cond == str(false):
+                counts["false"] += 1
+                break
+            counts["true"] += 1
+        self._write()
+
+    def _write(self) -> None:
+        if not self._file:
+            return
+        tmp = self._file + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"tasks": self._tasks}, fh, sort_keys=True)
+        os.replace(tmp, self._file)
+
+    # ----------------------------------------------------------------- events
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._entry(task)
+
+    def v2_runner_on_ok(self, result: Any) -> None:
+        if not result._result.get("results"):
+            self._seen(result._task, result._result, ran=True)
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        if not result._result.get("results"):
+            self._seen(result._task, result._result, ran=True)
+
+    def v2_runner_on_skipped(self, result: Any) -> None:
+        if not result._result.get("results"):
+            self._seen(result._task, result._result, ran=False)
+
+    def v2_runner_item_on_ok(self, result: Any) -> None:
+        self._seen(result._task, result._result, ran=True)
+
+    def v2_runner_item_on_failed(self, result: Any) -> None:
+        self._seen(result._task, result._result, ran=True)
+
+    def v2_runner_item_on_skipped(self, result: Any) -> None:
+        self._seen(result._task, result._result, ran=False)
+
+    def v2_playbook_on_include(self, included_file: Any) -> None:
+        # The include task itself ran on these hosts (include_tasks, include_role).
+        for _host in getattr(included_file, "_hosts", []) or [None]:
+            self._seen(included_file._task, None, ran=True)
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        self._write()
