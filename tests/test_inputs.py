@@ -60,11 +60,32 @@ def test_every_variable_of_the_specs_has_a_rule():
     assert all(rule.accepted for rule in si.VARIABLES.values())
 
 
-def test_names_outside_the_role_are_ignored():
+def test_the_playbooks_hooks_and_the_roles_own_facts_are_known_names():
     values = defaults()
     values["sglang_serial"] = [1, "25%"]
     values["sglang_remediation"] = {"host": "x"}
+    values["sglang_drain_flag"] = "/var/lib/sglang/drained"
+    values["other_prefix_entirely"] = 1
     assert si.variable_errors(values) == []
+
+
+@pytest.mark.parametrize("name, near", [
+    ("sglang_speculative_numsteps", "sglang_speculative_num_steps"),
+    ("sglang_eagle3_layer_id", "sglang_eagle3_layer_ids"),
+    ("sglang_health_timout", "sglang_health_timeout"),
+    ("sglang_max_fail_percent", "sglang_max_fail_percentage"),
+    ("sglang_tp", "sglang_tp_size"),
+    ("sglang_zzz_qqq", None),
+])
+def test_an_unknown_sglang_variable_is_refused_naming_the_nearest_one(name, near):
+    """A typo in a fleet inventory would otherwise leave the role on the default, without a word."""
+    values = defaults()
+    values[name] = 7
+    (msg,) = si.variable_errors(values)
+    assert msg.startswith("%s is not a variable of the role, so its value would be ignored" % name), msg
+    assert ("did you mean %s?" % near in msg) if near else "did you mean" not in msg, msg
+    # Checking some variables by name leaves the others (and unknown names) alone.
+    assert si.variable_errors(values, names=["sglang_port"]) == []
 
 
 def test_message_style_names_variable_value_and_what_is_accepted():

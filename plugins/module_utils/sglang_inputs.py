@@ -21,6 +21,7 @@ Stdlib only, no Ansible import: the filter and pytest import it as
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_inputs_rules import (
@@ -127,7 +128,7 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_accept_length_min": accepting("a number from 0 (off) to sglang_speculative_num_draft_tokens",
                                           check_accept_length),
     "sglang_rollback_on_failure": Variable(ACCEPTED_BOOL, check_bool),
-    "sglang_defer_gate_failure": Variable(ACCEPTED_BOOL, check_bool),
+    "sglang_defer_failure": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_lock_timeout": Variable("an integer >= 0 (seconds; 0 fails at once)", check_int_range(0)),
     "sglang_lock_ttl": Variable("a positive integer (seconds)", check_int_range(1)),
     "sglang_service_hardening": Variable('"default" or "strict" (verify "strict" on one canary GPU host first)',
@@ -143,6 +144,49 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_metrics_textfile_path": accepting(_UNIT_PATH + ", ending in .prom", check_textfile_path),
 }
 
+# The sglang_* names that are not the role's variables but are read where they are set: the fleet
+# playbooks' (remediate, audit, rollback), the example drain hooks', and the facts the role itself
+# sets on a host. Any other sglang_* name is a mistake: Ansible would ignore it without a word.
+OTHER_NAMES: Dict[str, str] = {
+    "sglang_serial": "the playbooks' batch sizes",
+    "sglang_max_fail_percentage": "the playbooks' failure limit",
+    "sglang_any_errors_fatal": "the playbooks' any_errors_fatal",
+    "sglang_target_hosts": "the playbooks' host pattern",
+    "sglang_fleet_report": "a play that the report callback takes part in",
+    "sglang_drain_flag": "the example drain hooks' flag file",
+    "sglang_drain_seconds": "the example drain hook's wait",
+    "sglang_remediation": "the host's report row, a fact the role sets",
+    "sglang_live_metrics": "the gate's reading, a fact the role sets",
+}
+
+
+def unknown_variables(names: Sequence[str]) -> List[str]:
+    """One error per sglang_* name the role neither reads nor sets, naming the nearest known one.
+
+    A typo (sglang_speculative_numsteps for sglang_speculative_num_steps) is the commonest bad
+    input of a fleet inventory, and the role would run on the default without a word.
+    """
+    errors = []
+    for name in sorted(n for n in names if n.startswith("sglang_") and n not in VARIABLES and n not in OTHER_NAMES):
+        near = nearest_name(name)
+        errors.append("%s is not a variable of the role, so its value would be ignored%s; accepted: the variables "
+                      "of the README's table (the role's own and the playbooks'), each spelled as there."
+                      % (name, "; did you mean %s?" % near if near else ""))
+    return errors
+
+
+def nearest_name(name: str) -> Optional[str]:
+    """The known name ``name`` most likely misspells: one it abbreviates (the shortest), else the
+    closest by difflib on what follows the common ``sglang_`` prefix; None when nothing is close."""
+    known = sorted(set(VARIABLES) | set(OTHER_NAMES))
+    longer = sorted((k for k in known if k.startswith(name)), key=len)
+    if longer:
+        return longer[0]
+    tails = {k[len("sglang_"):]: k for k in known}
+    near = difflib.get_close_matches(name[len("sglang_"):], list(tails), n=1, cutoff=0.6)
+    return tails[near[0]] if near else None
+
+
 # Control characters are refused everywhere; the environment's values are not shown.
 _SECRET = ("sglang_environment",)
 NO_CONTROL = ("no control characters in any value (newline, carriage return, tab, NUL and the other C0 "
@@ -153,14 +197,15 @@ def variable_errors(values: Mapping[str, Any], live_prompts: int = LIVE_PROMPTS,
                     names: Optional[Sequence[str]] = None) -> List[str]:
     """Every reason the role's variables cannot work, in the order of ``VARIABLES``.
 
-    ``values`` holds the role's variables by name (other names are ignored); a
-    variable that is absent is not judged. ``live_prompts`` is how many prompts
+    ``values`` holds the role's variables by name; a variable that is absent is not
+    judged, and an sglang_* name that is neither the role's nor one of ``OTHER_NAMES``
+    is refused (unless ``names`` limits the check to some variables). ``live_prompts`` is how many prompts
     the live gate has. Control characters are looked for first and alone: a value
     that could inject a systemd directive is not judged further.
     """
     context = dict(values)
     context["_live_prompts"] = live_prompts
-    errors: List[str] = []
+    errors: List[str] = unknown_variables(list(values)) if names is None else []
     for name, rule in VARIABLES.items():
         if name not in values or (names is not None and name not in names):
             continue

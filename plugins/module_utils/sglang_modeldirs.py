@@ -98,6 +98,56 @@ def target_model_errors(model_dir: str, var: str = "sglang_model_path") -> List[
     return errors
 
 
+# What makes a config an EAGLE-3 draft's: an architecture SGLang's EAGLE-3 draft models register
+# (LlamaForCausalLMEagle3 in llama_eagle3.py from 0.5.4.post2, Eagle3DeepseekV2ForCausalLM in
+# kimi_k25_eagle3.py from 0.5.12), or the eagle_config SGLang reads the layer ids from.
+EAGLE3_ARCHITECTURE_MARK = "Eagle3"
+
+
+def _inside(path: str, parent: str) -> bool:
+    return os.path.commonpath([path, parent]) == parent
+
+
+def draft_model_errors(draft_dir: str, target_dir: Optional[str], var: str = "sglang_draft_model_path",
+                       target_var: str = "sglang_model_path") -> List[str]:
+    """Why the draft directory is not an EAGLE-3 draft of its own, read-only.
+
+    The role writes the layer ids into the draft's config.json: pointed at the target's
+    own directory (or into it) it would edit the target's config, and the server would
+    start with the target as its own draft. The directories are compared resolved
+    (symlinks followed), and the config must say it is an EAGLE-3 draft.
+    """
+    accepted = ("the EAGLE-3 draft's own directory: not %s nor inside or around it, and a config.json with an "
+                "architecture named *%s* or an eagle_config" % (target_var, EAGLE3_ARCHITECTURE_MARK))
+    errors: List[str] = []
+    if target_dir:
+        draft_real, target_real = os.path.realpath(draft_dir), os.path.realpath(target_dir)
+        if draft_real == target_real:
+            errors.append("%s=%s is the target's own directory (%s=%s); the role would write the draft's layer ids"
+                          " into the target's config.json; accepted: %s"
+                          % (var, draft_dir, target_var, target_dir, accepted))
+        elif _inside(draft_real, target_real) or _inside(target_real, draft_real):
+            errors.append("%s=%s and %s=%s are one inside the other (%s, %s); accepted: %s"
+                          % (var, draft_dir, target_var, target_dir, draft_real, target_real, accepted))
+    if errors:
+        return errors
+    path = os.path.join(draft_dir, "config.json")
+    try:
+        config = load_json_object(path)
+    except (OSError, ValueError):
+        return []  # the draft module says what is wrong with the file itself
+    if config is None:
+        return []
+    archs = config.get("architectures")
+    archs = archs if isinstance(archs, list) else []
+    if not any(EAGLE3_ARCHITECTURE_MARK in str(a) for a in archs) and not isinstance(config.get("eagle_config"), dict):
+        errors.append("%s=%s: %s has architectures %s and no eagle_config: it is not an EAGLE-3 draft%s; accepted: %s"
+                      % (var, draft_dir, path, json.dumps(config.get("architectures")),
+                         " (it looks like a target: %s)" % config.get("model_type")
+                         if config.get("model_type") in DEEPSEEK_MODEL_TYPES else "", accepted))
+    return errors
+
+
 def read_safetensors_header(path: str) -> Dict[str, Any]:
     """Return the JSON header of a safetensors file without reading tensor data.
 
