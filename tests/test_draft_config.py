@@ -39,7 +39,6 @@ def draft(tmp_path):
 
 def run(tmp_path, check_mode=False, diff=False, **args):
     """Run the module; return (rc, result dict)."""
-    args.setdefault("backup_dir", str(tmp_path / "backup"))
     return run_module(MODULE, tmp_path, args, check_mode=check_mode, diff=diff, timeout=60)
 
 
@@ -55,7 +54,7 @@ def test_module_is_python39_syntax():
     ast.parse(open(MODULE).read(), feature_version=(3, 9))
 
 
-def test_writes_ids_keeps_everything_else_and_backs_up(tmp_path, draft):
+def test_writes_ids_and_keeps_everything_else(tmp_path, draft):
     original_text = (draft / "config.json").read_text()
     original = json.loads(original_text)
     rc, res = run(
@@ -87,11 +86,9 @@ def test_writes_ids_keeps_everything_else_and_backs_up(tmp_path, draft):
     assert res["sha256_before"] == hashlib.sha256(original_text.encode()).hexdigest()
     assert res["sha256_after"] == sha(draft / "config.json")
 
-    # Both backups hold the previous file; no temp files left next to config.json.
-    assert open(res["backup"]).read() == original_text
-    assert open(res["backup_orig"]).read() == original_text
-    assert res["backup"].endswith(".json") and res["backup_orig"].endswith(".orig.json")
+    # No temp file and no backup next to config.json (the run's change set keeps the previous one).
     assert sorted(os.listdir(str(draft))) == ["config.json", "model.safetensors"]
+    assert "backup" not in res
 
 
 def test_rerun_is_idempotent(tmp_path, draft):
@@ -100,45 +97,54 @@ def test_rerun_is_idempotent(tmp_path, draft):
     mtime = os.stat(str(draft / "config.json")).st_mtime_ns
     rc, second = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
     assert rc == 0 and second["changed"] is False and second["compliant"] is True
-    assert second["backup"] is None
     assert os.stat(str(draft / "config.json")).st_mtime_ns == mtime
 
 
-def test_second_change_keeps_first_seen_original(tmp_path, draft):
-    original_text = (draft / "config.json").read_text()
-    rc, first = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
-    after_first = (draft / "config.json").read_text()
-    rc, second = run(tmp_path, path=str(draft), layer_ids=[0, 3, 31])
-    assert rc == 0 and second["changed"] and second["layer_ids_before"] == [-1, 2, 30]
-    assert open(second["backup"]).read() == after_first
-    assert open(second["backup_orig"]).read() == original_text
-    assert config_of(draft)["eagle_config"][KEY] == [0, 3, 31]
+@pytest.mark.parametrize("where", ["the target itself", "the target through a symlink", "inside the target",
+                                   "around the target"])
+def test_a_draft_directory_that_is_the_targets_is_refused_and_nothing_is_written(tmp_path, where):
+    """The draft's ids would land in the target's config.json, and the target would serve as its own draft."""
+    target = tmp_path / "DeepSeek-V3"
+    shutil.copytree(TARGET, str(target))
+    before = (target / "config.json").read_bytes()
+    if where == "the target itself":
+        path = target
+    elif where == "the target through a symlink":
+        path = tmp_path / "draft-link"
+        os.symlink(str(target), str(path))
+    elif where == "inside the target":
+        path = target / "eagle3"
+        path.mkdir()
+        shutil.copy(os.path.join(FIXTURES, "deepseek-v3-eagle3", "config.json"), str(path / "config.json"))
+    else:
+        path = tmp_path / "outer"
+        path.mkdir()
+        shutil.copy(os.path.join(FIXTURES, "deepseek-v3-eagle3", "config.json"), str(path / "config.json"))
+        inner = path / "target"
+        shutil.copytree(str(target), str(inner))
+        target, before = inner, (inner / "config.json").read_bytes()
+    for state in ("audit", "present"):
+        rc, res = run(tmp_path, path=str(path), layer_ids=[-1, 2, 30], user_layer_ids=[-1, 2, 30],
+                      target_model_path=str(target), state=state)
+        assert rc != 0, res
+        assert "sglang_draft_model_path=%s" % path in res["msg"] and "sglang_model_path=%s" % target in res["msg"]
+        assert ("the target's own directory" in res["msg"]) == where.startswith("the target"), res["msg"]
+    assert (target / "config.json").read_bytes() == before
 
 
-def test_restored_puts_back_the_file_the_last_change_replaced(tmp_path, draft):
-    """The rollback asks the module, which alone names its backups: a trailing slash changes nothing."""
-    original = (draft / "config.json").read_bytes()
-    rc, res = run(tmp_path, path=str(draft), layer_ids=[0, 3, 31])
-    assert rc == 0 and res["changed"], res
-    written = sha(draft / "config.json")
-    rc, res = run(tmp_path, check_mode=True, path=str(draft) + "/", state="restored")
-    assert rc == 0 and res["changed"] and res["restored"] and sha(draft / "config.json") == written, res
-    rc, res = run(tmp_path, path=str(draft) + "/", state="restored")
-    assert rc == 0 and res["changed"] and res["restored"], res
-    assert (draft / "config.json").read_bytes() == original
-    assert res["sha256_before"] == written and res["sha256_after"] == hashlib.sha256(original).hexdigest()
-    assert stat.S_IMODE(os.stat(str(draft / "config.json")).st_mode) == 0o640
-    rc, res = run(tmp_path, path=str(draft), state="restored")
-    assert rc == 0 and not res["changed"] and not res["restored"], res
-
-
-def test_restored_without_a_backup_changes_nothing(tmp_path, draft):
-    before = sha(draft / "config.json")
-    rc, res = run(tmp_path, path=str(draft), state="restored")
-    assert rc == 0 and not res["changed"] and res["backup"] is None and "nothing to restore" in res["msg"], res
-    assert sha(draft / "config.json") == before
-    rc, res = run(tmp_path, path=str(draft))
-    assert rc != 0 and "layer_ids" in res["msg"], res
+def test_a_draft_config_that_is_not_an_eagle3_drafts_is_refused(tmp_path):
+    """A copy of the target (architectures DeepseekV3ForCausalLM, no eagle_config) is not a draft."""
+    copy = tmp_path / "not-a-draft"
+    shutil.copytree(TARGET, str(copy))
+    before = (copy / "config.json").read_bytes()
+    rc, res = run(tmp_path, path=str(copy), layer_ids=[-1, 2, 30], target_model_path=TARGET)
+    assert rc != 0 and "is not an EAGLE-3 draft (it looks like a target: deepseek_v3)" in res["msg"], res
+    assert (copy / "config.json").read_bytes() == before
+    # An EAGLE-3 architecture, or an eagle_config, is what makes one.
+    for config in ({"architectures": ["Eagle3DeepseekV2ForCausalLM"]}, {"eagle_config": {}}):
+        (copy / "config.json").write_text(json.dumps(config))
+        rc, res = run(tmp_path, path=str(copy), layer_ids=[-1, 2, 30])
+        assert rc == 0, res
 
 
 def test_check_mode_writes_nothing_and_shows_diff(tmp_path, draft):
@@ -146,7 +152,6 @@ def test_check_mode_writes_nothing_and_shows_diff(tmp_path, draft):
     rc, res = run(tmp_path, check_mode=True, diff=True, path=str(draft), layer_ids=[-1, 2, 30])
     assert rc == 0 and res["changed"] is True
     assert sha(draft / "config.json") == before
-    assert not (tmp_path / "backup").exists()
     assert json.loads(res["diff"]["after"])["eagle_config"][KEY] == [-1, 2, 30]
     assert res["diff"]["before"] == (draft / "config.json").read_text()
 
@@ -262,7 +267,6 @@ def test_through_ansible_adhoc(tmp_path, draft):
             "path": str(draft),
             "layer_ids": [-1, 2, 30],
             "target_model_path": TARGET,
-            "backup_dir": str(tmp_path / "backup"),
         }
     )
     proc = subprocess.run(

@@ -51,7 +51,7 @@ def fact(host, **over):
             "draft_layer_ids": [-1, 2, 30], "compliant": True, "restart_needed": True, "restarted": True,
             "restart_reasons": ["unit changed"], "health": "ok", "accept_length": 3.556,
             "tokens_per_s": 126.1, "speculative_flags": {"num_steps": 15, "eagle_topk": 1, "num_draft_tokens": 16},
-            "error": "", "mode": "apply"}
+            "error": "", "mode": "remediate"}
     base.update(over)
     return {"ansible_facts": {"sglang_remediation": base}}
 

@@ -83,7 +83,7 @@ def test_compliant_row_is_what_the_report_records_for_a_host_that_ends_at_its_pr
     assert row["compliant"] is True and row["drift"] == [] and row["error"] == ""
     assert row["speculative_flags"] == FLAGS
     assert row["restarted"] is False and row["restart_needed"] is False and row["health"] == "not checked"
-    assert row["mode"] == "apply" and row["textfile"] == PROBE["textfile"]
+    assert row["mode"] == "remediate" and row["textfile"] == PROBE["textfile"]
 
 
 def test_a_live_finding_makes_the_row_noncompliant_and_names_it():
@@ -91,7 +91,9 @@ def test_a_live_finding_makes_the_row_noncompliant_and_names_it():
     row = rows.probe_row("gpu-01", "0.5.9", probe, FLAGS, audit=True)
     assert row["compliant"] is False and row["drift"] == ["live: accept length 1.2 < 2.5"]
     assert row["mode"] == "audit"
-    assert rows.probe_row("h", "0.5.9", dict(PROBE, live=None), FLAGS, check_mode=True)["mode"] == "check"
+    # Check mode is a flag of its own: the mode says what the run was.
+    checked = rows.probe_row("h", "0.5.9", dict(PROBE, live=None), FLAGS, check_mode=True)
+    assert checked["mode"] == "remediate" and checked["check_mode"] is True
 
 
 def test_only_a_compliant_host_on_the_fast_path_ends_at_its_probe():

@@ -69,20 +69,20 @@ def _used_variables(*task_files: str) -> set:
 
 
 def test_the_rollback_entry_point_has_its_own_spec_with_the_main_ones():
-    """playbooks/rollback.yml runs tasks_from: restore; its variables are typed there too, as in main."""
-    restore = _entry_points()["restore"]["options"]
-    for name, opt in restore.items():
+    """playbooks/rollback.yml runs tasks_from: rollback; its variables are typed there too, as in main."""
+    rollback = _entry_points()["rollback"]["options"]
+    for name, opt in rollback.items():
         assert opt == _options()[name], name
-    # Every user variable the rollback path reads (the restart transaction and the gates included),
-    # except the gate thresholds a rollback is not held to and the remediation-only switches.
-    not_on_rollback = {"sglang_accept_length_min", "sglang_rollback_on_failure", "sglang_restart_on_change",
-                       "sglang_speculative_algorithm", "sglang_audit"}
-    used = _used_variables("restore.yml", "restart.yml", "gates.yml") - not_on_rollback
-    assert used <= set(restore), sorted(used - set(restore))
+    assert "tasks_from: rollback.yml" in (ROOT / "playbooks" / "rollback.yml").read_text()
+    # Every user variable the rollback path reads (the gates included), except the gate
+    # thresholds a rollback is not held to and the remediation-only switches.
+    not_on_rollback = {"sglang_accept_length_min", "sglang_speculative_algorithm", "sglang_audit"}
+    used = _used_variables("rollback.yml", "gates.yml") - not_on_rollback
+    assert used <= set(rollback), sorted(used - set(rollback))
 
 
-def test_the_deferred_gate_failure_is_a_documented_variable():
-    assert "sglang_defer_gate_failure" in _options()
+def test_the_deferred_failure_is_a_documented_variable():
+    assert "sglang_defer_failure" in _options()
     for playbook in ("remediate.yml", "rollback.yml"):
         text = (ROOT / "playbooks" / playbook).read_text()
-        assert "sglang_defer_gate_failure: true" in text and "_sglang_defer" not in text, playbook
+        assert "sglang_defer_failure: true" in text and "_sglang_defer" not in text, playbook

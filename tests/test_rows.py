@@ -53,7 +53,7 @@ def test_a_remediated_and_restarted_host_is_compliant_with_typed_columns():
     assert row["restart_needed"] is True and row["restart_reasons"] == ["unit"] and row["restarted"] is True
     assert row["health"] == "ok" and row["accept_length"] == 3.1 and row["tokens_per_s"] == 88.0
     # After a restart the live column is the gate's reading, never the probe's of the old server.
-    assert row["live"] == GATE["reading"] and row["mode"] == "apply" and row["check_mode"] is False
+    assert row["live"] == GATE["reading"] and row["mode"] == "remediate" and row["check_mode"] is False
 
 
 def test_drift_names_each_thing_not_as_it_should_be():
@@ -69,12 +69,44 @@ def test_drift_names_each_thing_not_as_it_should_be():
 
 
 def test_outside_audit_and_check_mode_written_files_are_not_drift_but_an_error_is():
+    site = "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/models/deepseek_v2.py"
+    undo = {"restored": ["/etc/systemd/system/sglang.service restored to sha256 %s (0644 root:root)" % ("a" * 64),
+                         "%s restored to sha256 %s (0644 root:root)" % (site, "b" * 64)],
+            "left": ["user sglang (created by this run)"], "service": {"active": True, "enabled": True},
+            "release": "0.5.9", "id": "000003"}
     row = build(fix=FIX, draft={"compliant": False, "changed": True}, unit={"changed": True},
-                error="restart: gate failed (rolled back to the previous state)", rolled_back=True,
-                rollback=["restored deepseek_v2.py"], gate={"status": 503})
+                error="Gate: not healthy", failed_task="Fail when the server never became healthy",
+                undo=undo, restarted=True, gate={"status": 503})
     assert row["drift"] == [] and row["compliant"] is False and row["health"] == "failed"
-    assert row["rolled_back"] is True and row["rollback"] == ["restored deepseek_v2.py"]
+    assert row["rolled_back"] is True and row["rollback"] == undo["restored"]
+    assert row["left"] == ["user sglang (created by this run)"]
+    assert row["failed_task"] == "Fail when the server never became healthy"
+    # The new server, then one on what was put back; the file in place is the one put back.
+    assert row["restarted"] is True and row["restarts"] == 2
+    assert row["sha256_after"] == "b" * 64 and row["sha256_before"] == FIX["sha256_before"]
     assert row["live"] is None or isinstance(row["live"], dict)
+    # A failed run that never restarted put the files back and made no restart.
+    quiet = build(fix=FIX, error="Write the unit: read-only file system", undo=dict(undo, restored=undo["restored"][:1]))
+    assert quiet["restarts"] == 0 and quiet["rolled_back"] is True and quiet["sha256_after"] == FIX["sha256_after"]
+    # A putting-back that failed part-way lists what it put back, but the host is not rolled back
+    # and nothing restarted on it.
+    half = build(fix=FIX, error="Gate: not healthy; putting this run's change back FAILED", restarted=True,
+                 undo={"failed": True, "restored": undo["restored"][:1], "left": ["/opt/sglang/venv with sglang x"]})
+    assert half["rolled_back"] is False and half["rollback"] == undo["restored"][:1] and half["restarts"] == 1
+    assert half["left"] == ["/opt/sglang/venv with sglang x"] and half["compliant"] is False
+
+
+def test_a_run_that_kept_its_change_lists_it_and_the_rollback_row_names_what_it_put_back():
+    row = build(fix=FIX, restarted=True, closed={"changes": ["/etc/sglang/sglang.env (absent) -> 0a1b2c3d4e5f"]})
+    assert row["changes"] == ["/etc/sglang/sglang.env (absent) -> 0a1b2c3d4e5f"] and row["restarts"] == 1
+    assert row["mode"] == "remediate" and row["rolled_back"] is False
+    back = build(rollback_run=True, restarted=True,
+                 undo={"id": "000004", "release": "0.5.9", "restored": ["x restored to sha256 c (0644 root:root)"],
+                       "service": {"active": True}})
+    assert (back["mode"], back["release"], back["decision"], back["restarts"]) == ("rollback", "0.5.9", "rollback", 1)
+    assert back["drift"] == [] and back["compliant"] is True and back["rolled_back"] is True
+    nothing = build(rollback_run=True, undo={"id": None, "restored": []})
+    assert nothing["decision"] == "nothing to roll back" and nothing["restarts"] == 0
 
 
 def test_check_mode_names_what_would_change_as_restart_reasons():
@@ -82,7 +114,7 @@ def test_check_mode_names_what_would_change_as_restart_reasons():
                 fingerprint={"restart_needed": False, "reasons": []}, check_mode=True)
     assert row["restart_needed"] is True
     assert row["restart_reasons"] == ["SGLang source would change", "draft config would change", "unit would change"]
-    assert row["mode"] == "check" and "unit file" in row["drift"]
+    assert row["mode"] == "remediate" and row["check_mode"] is True and "unit file" in row["drift"]
     # Without a managed service nothing would restart.
     assert build(fix=FIX, unit={"changed": True}, check_mode=True, service_manage=False)["restart_reasons"] == []
 
@@ -110,11 +142,3 @@ def test_the_probe_row_and_the_report_row_are_one_builder():
     b = build(fix=dict(probe["eagle3"], release="0.5.9", decision="patch", draft_layer_ids=[-1, 2, 30], compliant=True),
               probe_live={"reasons": []}, speculative_flags={"num_steps": 15})
     assert a == b and set(a) == set(b)
-
-
-def test_a_stopped_run_textfile_row_names_the_task():
-    row = FilterModule().filters()["stopped_row"](None, {"release": "0.5.9", "decision": "patch", "live": None},
-                                                   "Install SGLang")
-    assert row["compliant"] is False and row["release"] == "0.5.9" and row["decision"] == "patch"
-    assert row["error"] == "the run stopped at: Install SGLang"
-    assert R.stopped_row({"release": "0.5.14"}, None, None)["error"] == "the run stopped at: an earlier task"

@@ -195,6 +195,32 @@ def test_server_info_reports_version_args_and_the_silent_rewrite(tmp_path: Path,
     assert "avg_spec_accept_length" in http(double.port, "/get_server_info")[1]["internal_states"][0]
 
 
+def test_exit_at_start_exits_1_before_it_listens(tmp_path: Path) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    port = free_port()
+    env = dict(os.environ, SGLANG_TEST_DOUBLE_SITE_PACKAGES=str(site), SGLANG_TEST_DOUBLE_EXIT_AT_START="1")
+    proc = subprocess.run([sys.executable, str(DOUBLE), *spec_flags(target, draft, 15, 1, 16), "--port", str(port)],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 1 and "SGLANG_TEST_DOUBLE_EXIT_AT_START=1" in proc.stdout
+
+
+def test_run_settings_are_what_it_runs_and_reports_instead_of_its_flags(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    double = run_double(spec_flags(target, draft, 15, 1, 16), site,
+                        SGLANG_TEST_DOUBLE_RUN_SETTINGS="speculative_num_steps=3,speculative_num_draft_tokens=4")
+    double.wait_healthy()
+    status, info = http(double.port, "/server_info")
+    assert status == 200
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert double.stop() == 0
+    env = dict(os.environ, SGLANG_TEST_DOUBLE_SITE_PACKAGES=str(site), SGLANG_TEST_DOUBLE_RUN_SETTINGS="tp_size=2")
+    proc = subprocess.run([sys.executable, str(DOUBLE), *spec_flags(target, draft, 15, 1, 16), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert proc.returncode == 1 and "expected name=integer" in proc.stdout
+
+
 def test_missing_sglang_install_exits_1(tmp_path: Path) -> None:
     env = dict(os.environ, SGLANG_TEST_DOUBLE_SITE_PACKAGES=str(tmp_path))
     proc = subprocess.run([sys.executable, str(DOUBLE), "--model-path", str(tmp_path), "--port", str(free_port())],

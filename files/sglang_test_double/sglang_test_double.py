@@ -48,6 +48,15 @@ surface stays SGLang's:
   SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH  accept length once degraded
                                      (default: what a draft fed other hidden
                                      states accepts with these flags, ~1.6)
+  SGLANG_TEST_DOUBLE_EXIT_AT_START   "1": exit 1 at once, as a server whose
+                                     launch fails (systemd then restarts it
+                                     in a loop and it never answers)
+  SGLANG_TEST_DOUBLE_RUN_SETTINGS    "name=value,...": the resolved settings it
+                                     runs and reports instead of its flags'
+                                     (speculative_num_steps,
+                                     speculative_eagle_topk,
+                                     speculative_num_draft_tokens), as SGLang
+                                     rewriting them silently would
 
 With --enable-metrics, /metrics serves SGLang's own metric names
 (sglang:spec_accept_length: the last decode interval, here the last request;
@@ -74,6 +83,7 @@ import threading
 import time
 import typing
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclasses_replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -87,6 +97,10 @@ ENV_TRAINED_LAYERS = "SGLANG_TEST_DOUBLE_TRAINED_LAYERS"
 ENV_DEGRADE_AFTER = "SGLANG_TEST_DOUBLE_DEGRADE_AFTER"
 ENV_DEGRADED_ACCEPT = "SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH"
 ENV_FORWARD_HARNESS = "SGLANG_TEST_DOUBLE_FORWARD_HARNESS"
+ENV_EXIT_AT_START = "SGLANG_TEST_DOUBLE_EXIT_AT_START"
+ENV_RUN_SETTINGS = "SGLANG_TEST_DOUBLE_RUN_SETTINGS"
+# The settings SGLANG_TEST_DOUBLE_RUN_SETTINGS may rewrite (what SGLang itself rewrites silently).
+RUN_SETTINGS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
 DEFAULT_STARTUP_DELAY = 2.0
 DEFAULT_TRAINED_LAYERS = "embed,2,30"
@@ -911,6 +925,22 @@ def env_float(environ: typing.Mapping[str, str], name: str, default: float) -> f
         raise SystemExit("%s must be a number, got %r" % (name, raw))
 
 
+def rewritten_params(params: "SpecParams", spec: str) -> "SpecParams":
+    """``params`` with the settings ``spec`` ("name=value,...") names: what the server runs."""
+    if not spec.strip():
+        return params
+    changes: Dict[str, int] = {}
+    for item in spec.split(","):
+        name, _, value = item.strip().partition("=")
+        if name not in RUN_SETTINGS or not value.strip().lstrip("-").isdigit():
+            raise ValueError("%r: expected name=integer, name one of %s" % (item, ", ".join(RUN_SETTINGS)))
+        changes[name[len("speculative_"):]] = int(value)
+    fields = {"num_steps": params.num_steps, "eagle_topk": params.eagle_topk,
+              "num_draft_tokens": params.num_draft_tokens}
+    fields.update(changes)
+    return dataclasses_replace(params, **fields)
+
+
 def append_start_log(path: str, started: float, healthy: float) -> None:
     """One line per healthy start; fleet tests use it to prove batches don't overlap."""
     with open(path, "a", encoding="utf-8") as fh:
@@ -926,6 +956,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     logging.basicConfig(stream=sys.stdout, level=level, format="[%(asctime)s] [test-double] %(levelname)s %(message)s")
     LOG.warning("THIS IS THE SGLANG TEST DOUBLE, NOT SGLANG: no model is loaded")
 
+    if environ.get(ENV_EXIT_AT_START) == "1":
+        LOG.error("%s=1: exiting at once, as a server whose launch fails", ENV_EXIT_AT_START)
+        return 1
     delay = env_float(environ, ENV_STARTUP_DELAY, DEFAULT_STARTUP_DELAY)
     fail_health = environ.get(ENV_FAIL_HEALTH) == "1"
     trained = parse_trained_layers(environ.get(ENV_TRAINED_LAYERS) or DEFAULT_TRAINED_LAYERS)
@@ -936,6 +969,11 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
             args.speculative_num_draft_tokens, arch)
     except FatalStartup as exc:
         LOG.error("server args rejected: %s", exc)
+        return 1
+    try:
+        params = rewritten_params(params, environ.get(ENV_RUN_SETTINGS) or "")
+    except ValueError as exc:
+        LOG.error("%s: %s", ENV_RUN_SETTINGS, exc)
         return 1
     site = find_site_packages(environ)
     if site is None:

@@ -129,7 +129,7 @@ def new_row(host: str) -> Dict[str, Any]:
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
-        "live_notes": [], "error": "", "failed_task": "", "stats": {},
+        "live_notes": [], "left": [], "changes": [], "restarts": 0, "error": "", "failed_task": "", "stats": {},
     }
 
 
@@ -329,8 +329,8 @@ class CallbackModule(CallbackBase):
         row = self._row(host)
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
                     "companion", "health", "mode", "forward", "evidence", "draft_layer_ids", "restart_reasons",
-                    "drift", "server_args_warnings", "rollback", "speculative_flags", "compliant",
-                    "restart_needed", "restarted", "rolled_back", "accept_length", "tokens_per_s"):
+                    "drift", "server_args_warnings", "rollback", "left", "changes", "speculative_flags", "compliant",
+                    "restart_needed", "restarted", "restarts", "rolled_back", "accept_length", "tokens_per_s"):
             if key in fact:
                 row[key] = fact[key]
         if "live" in fact:
@@ -338,6 +338,8 @@ class CallbackModule(CallbackBase):
         if fact.get("error"):
             row["error"] = fact["error"]
             row["status"] = "failed"
+            if fact.get("failed_task"):
+                row["failed_task"] = fact["failed_task"]
         elif row["status"] in ("running", "not reached"):
             row["status"] = "ok"
         if row["status"] == "ok" and row["compliant"] is False:
@@ -414,11 +416,12 @@ class CallbackModule(CallbackBase):
             self._write()
             return
         msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
-        # A failure inside the restart block is rescued and replaced by the role's own
-        # message; keep the first cause unless the role has filled the error itself.
+        # A failure inside the role is rescued (its change put back) and the role's row then
+        # names the step and what was done; the task that fails the host at the end repeats
+        # it. Keep the first cause, and the role's own account once it has given one.
         if not row.get("error") or row["status"] != "failed":
             row["error"] = str(msg).strip()
-        row["failed_task"] = result.task.get_name()
+            row["failed_task"] = result.task.get_name()
         row["status"] = "failed"
         self._write()
 

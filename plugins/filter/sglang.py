@@ -38,11 +38,6 @@ def remediation_row(results: Any) -> dict[str, Any]:
     return _rows.remediation_row(results.pop("host"), results.pop("wanted_release"), **results)
 
 
-def stopped_row(fix: Any, probe: Any = None, failed_task: Any = None) -> dict[str, Any]:
-    """The textfile's row of a run that stopped before its report (tasks/host.yml)."""
-    return _rows.stopped_row(fix, probe, failed_task)
-
-
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
     """Errors in the user's wiring that do not need the host (types, order, -1 first)."""
     return _rules.validate_layer_ids(ids, var=var)
@@ -104,7 +99,6 @@ class FilterModule:
             "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,
-            "stopped_row": stopped_row,
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,

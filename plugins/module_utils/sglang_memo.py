@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_changeset as _changeset
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_distribution as _distribution
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_eagle3 as _engine
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fileio as _fileio
@@ -41,7 +42,7 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/test_audit_memo.py checks the list against the imports).
-ENGINE_MODULES = (_distribution, _fileio, _hunks, _shapes, _speculative, _verify, _forward, _forward_code,
+ENGINE_MODULES = (_changeset, _distribution, _fileio, _hunks, _shapes, _speculative, _verify, _forward, _forward_code,
                   _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 

@@ -16,14 +16,23 @@ Standard library only.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
+
+# The file the engine patches, as the change set's lines name it (by its path's end).
+DEEPSEEK_NAME = "deepseek_v2.py"
 
 
-def run_mode(audit: bool, check_mode: bool) -> str:
-    """The report's mode column: audit, check or apply."""
-    if audit:
-        return "audit"
-    return "check" if check_mode else "apply"
+# What a run does, one word for the report's rows, the textfile's mode label and the
+# callback: the role's remediation, its audit (playbooks/audit.yml) or the rollback playbook.
+# Check mode is a flag of its own (the row's check_mode).
+RUN_MODES = ("remediate", "audit", "rollback")
+
+
+def run_mode(audit: bool, rollback: bool = False) -> str:
+    """The row's mode: rollback, audit or remediate."""
+    if rollback:
+        return "rollback"
+    return "audit" if audit else "remediate"
 
 
 def _result(value: Any) -> Mapping[str, Any]:
@@ -67,11 +76,13 @@ def remediation_row(
     parse: Any = None,
     speculative_flags: Optional[Mapping[str, Any]] = None,
     restarted: bool = False,
-    rolled_back: bool = False,
-    rollback: Optional[Sequence[str]] = None,
+    closed: Any = None,
+    undo: Any = None,
     error: str = "",
+    failed_task: str = "",
     audit: bool = False,
     check_mode: bool = False,
+    rollback_run: bool = False,
     service_manage: bool = True,
     textfile: Any = None,
 ) -> Dict[str, Any]:
@@ -88,7 +99,14 @@ def remediation_row(
     """
     fix, draft, unit, environment = _result(fix), _result(draft), _result(unit), _result(environment)
     fingerprint, gate, live_metrics = _result(fingerprint), _result(gate), _result(live_metrics)
+    closed, undo = _result(closed), _result(undo)
     restarted, dry = bool(restarted), bool(audit) or bool(check_mode)
+    restored = list(undo.get("restored") or [])
+    # A putting-back that stopped part-way (its module failed): what it put back is listed, but
+    # the host is not rolled back, and nothing was restarted on it.
+    undo_complete = bool(restored) and not undo.get("failed")
+    # A restart on what a failed run put back (tasks/undo.yml), or the rollback playbook's own.
+    undo_restarted = bool(restarted and undo_complete and _result(undo.get("service")).get("active"))
 
     # In check mode nothing was written, so the fingerprint still matches: name what would change.
     pending: List[str] = []
@@ -119,6 +137,9 @@ def remediation_row(
     if fingerprint.get("restart_needed") and not restarted:
         drift.append("running server differs from the files")
     drift += list(_result(live).get("reasons") or [])
+    if rollback_run:
+        # The rollback is held to nothing but what it put back: its own error is the finding.
+        drift = []
 
     if gate:
         health = "ok" if gate.get("status", 0) == 200 else "failed"
@@ -126,10 +147,15 @@ def remediation_row(
         health = "not checked"
     forward = fix.get("forward")
     companion = fix.get("companion")
+    if rollback_run:
+        release, decision = undo.get("release") or "", "rollback" if undo.get("id") else "nothing to roll back"
+    else:
+        release = fix.get("release", wanted_release)
+        decision = fix.get("decision", "pending-install" if check_mode else "unknown")
     row = {
         "host": host,
-        "release": fix.get("release", wanted_release),
-        "decision": fix.get("decision", "pending-install" if check_mode else "unknown"),
+        "release": release,
+        "decision": decision,
         "family": fix.get("family") or "",
         "compliant": not drift and not error,
         "file_state_before": fix.get("file_state_before") or "",
@@ -144,18 +170,29 @@ def remediation_row(
         "restart_needed": bool(fingerprint.get("restart_needed")) or bool(pending),
         "restart_reasons": list(fingerprint.get("reasons") or []) + pending,
         "restarted": restarted,
-        "rolled_back": bool(rolled_back),
-        "rollback": list(rollback or []),
+        # Restarts of the service this run made: the remediation's, and one on files put back.
+        "restarts": (1 if restarted else 0) + (1 if undo_restarted and not rollback_run else 0),
+        "rolled_back": undo_complete,
+        "rollback": restored,
+        "left": list(undo.get("left") or []),
+        "changes": list(closed.get("changes") or []),
         "health": health,
         "accept_length": _number(live_metrics.get("accept_length")),
         "tokens_per_s": _number(live_metrics.get("tokens_per_s")),
         "check_mode": bool(check_mode),
-        "mode": run_mode(audit, check_mode),
+        "mode": run_mode(audit, rollback_run),
         "drift": drift,
         "server_args_warnings": server_args_warnings(parse),
         "live": live,
         "error": error or "",
+        "failed_task": failed_task or "",
     }
+    if restored and not rollback_run:
+        # What is in place now is what the undo put back, not what the engine wrote.
+        put_back = [line.split(" restored to sha256 ", 1)[1].split()[0] for line in restored
+                    if " restored to sha256 " in line and line.split(" ", 1)[0].endswith("/" + DEEPSEEK_NAME)]
+        if put_back:
+            row["sha256_after"] = put_back[-1]
     if textfile is not None:
         row["textfile"] = textfile
     return row
@@ -174,23 +211,6 @@ def probe_row(host: str, wanted_release: str, probe: Mapping[str, Any], speculat
     return remediation_row(host, wanted_release, fix=fix, probe_live=probe.get("live"),
                            speculative_flags=speculative_flags, audit=audit, check_mode=check_mode,
                            textfile=probe.get("textfile"))
-
-
-def stopped_row(fix: Any, probe: Any, failed_task: Optional[str]) -> Dict[str, Any]:
-    """What the textfile of a run that stopped before its report says (host.yml's always)."""
-    fix, probe = _result(fix), _result(probe)
-    return {
-        "compliant": False,
-        "release": fix.get("release", probe.get("release", "")),
-        "decision": fix.get("decision", probe.get("decision", "")),
-        "family": fix.get("family", ""),
-        "draft_layer_ids": [],
-        "drift": [],
-        "live": probe.get("live"),
-        "restarted": False,
-        "rolled_back": False,
-        "error": "the run stopped at: %s" % (failed_task or "an earlier task"),
-    }
 
 
 def noncompliant(rows: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:

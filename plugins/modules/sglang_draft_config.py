@@ -20,7 +20,7 @@ description:
     bare try/except that silently falls back to its defaults on any mistake.
   - This module validates the ids (against the target's layer count and the draft's fc
     weight shape), writes them atomically keeping every other key, key order and indent,
-    keeps a backup, then re-reads the file and fails (restoring it) unless SGLang would
+    then re-reads the file and fails (restoring it) unless SGLang would
     read exactly the requested list.
   - If C(config.json) is a symlink (Hugging Face cache snapshots) the link is replaced by a
     regular file, so the shared content-addressed blob is never edited.
@@ -29,7 +29,7 @@ attributes:
   check_mode:
     support: full
     details:
-      - Validates and reports C(changed=true) and the would-be RV(sha256_after) without writing the file or a backup.
+      - Validates and reports C(changed=true) and the would-be RV(sha256_after) without writing the file.
   diff_mode:
     support: full
     details:
@@ -44,8 +44,8 @@ options:
       - Ids to write, in the form the installed SGLang release needs (decided by the caller,
         e.g. V([-1, 2, 30]) on patched releases or V([0, 3, 31]) from 0.5.14).
       - Each must be a real int; strings and booleans are refused, not converted (hence C(type=raw)).
-      - Required with O(state=present) and O(state=audit); not used by O(state=restored).
     type: raw
+    required: true
   user_layer_ids:
     description:
       - The ids as the user wrote them in C(sglang_eagle3_layer_ids); validated so that
@@ -56,23 +56,17 @@ options:
       - Target model directory. Its C(config.json) must name an architecture SGLang serves with
         C(deepseek_v2.py) (C(DeepseekV2ForCausalLM), C(DeepseekV3ForCausalLM), C(DeepseekV32ForCausalLM))
         and bounds the ids by C(num_hidden_layers) - 2 (the last layer's output is never captured).
+      - The draft directory O(path) must be another one, neither inside nor around it (symlinks followed),
+        and its C(config.json) must be an EAGLE-3 draft's (an architecture named C(*Eagle3*), or an
+        C(eagle_config)); checked before the file is read, with both states.
     type: path
-  backup_dir:
-    description:
-      - Where the previous file is kept as C(draft-config.<hash>.json) (overwritten on each
-        change) and the first-seen file as C(draft-config.<hash>.orig.json) (never
-        overwritten). C(<hash>) is the first 16 hex of sha256 of the config path, which is
-        also written to C(draft-config.<hash>.source).
-    type: path
-    default: /var/lib/sglang-remediation/backup
   state:
     description:
       - V(present) writes; V(audit) never writes and reports RV(compliant).
-      - V(restored) puts back the previous file this module kept in O(backup_dir) (the one the last change
-        replaced), keeping the current file's mode and owner; without a backup it changes nothing and says so
-        in RV(msg). The ids are not validated, since a rollback restores what ran before.
+      - The previous file is kept by the run's change set (M(fleetops.sglang.sglang_changeset)), which also puts
+        it back; O(state=restored) and the backups of 1.x are gone.
     type: str
-    choices: [present, audit, restored]
+    choices: [present, audit]
     default: present
 notes:
   - Keeping the owner of C(config.json) may need privilege escalation; without it the write fails and the file is left as it was.
@@ -89,11 +83,6 @@ EXAMPLES = r"""
     target_model_path: /models/DeepSeek-V3
   become: true
   register: draft
-
-- name: Put back the draft config the last change replaced (rollback)
-  fleetops.sglang.sglang_draft_config:
-    path: /models/DeepSeek-V3-EAGLE3
-    state: restored
 
 - name: Write the ids a native release (0.5.14+) reports, as sglang_eagle3 returned them
   fleetops.sglang.sglang_draft_config:
@@ -143,21 +132,6 @@ sha256_after:
   type: str
   returned: when the file was read and the ids are valid
   sample: cd0aa9856147b6c5b4ff2b7dfee5da20aa38253099ef1b4a64aced233c9afe29
-backup:
-  description: Backup of the previous file when one was written this run, else V(null).
-  type: str
-  returned: when the file was read and the ids are valid
-  sample: /var/lib/sglang-remediation/backup/draft-config.5d41402abc4b2a76.json
-restored:
-  description: With O(state=restored), whether the saved previous file was (or in check mode would be) put back.
-  type: bool
-  returned: when O(state=restored)
-  sample: true
-backup_orig:
-  description: First-seen original kept in O(backup_dir) when a write happened this run, else V(null).
-  type: str
-  returned: when the file was read and the ids are valid
-  sample: /var/lib/sglang-remediation/backup/draft-config.5d41402abc4b2a76.orig.json
 expected_count:
   description: Hidden states the draft fc layer fuses, from its safetensors header; V(null) if unknown.
   type: int
@@ -209,7 +183,12 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig
     same_ids,
     with_layer_ids,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import expected_id_count_from_draft, read_num_hidden_layers, target_model_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import (
+    draft_model_errors,
+    expected_id_count_from_draft,
+    read_num_hidden_layers,
+    target_model_errors,
+)
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import validate_layer_ids
 
 
@@ -218,60 +197,6 @@ def _write(dest: str, data: bytes, like: os.stat_result) -> None:
     sees a half-written config, a crash never brings back the old ids, and a config the
     service user reads never silently becomes root's."""
     atomic_write(dest, data, like=like, owner="strict", durable=True)
-
-
-def backup_stem(backup_dir: str, config_path: str) -> str:
-    """Backups are named by a hash of the normalised config path, so two drafts never
-    overwrite each other's, and ``/models/d/`` and ``/models/d`` name the same ones.
-    Only this module builds the name: a rollback asks it with ``state=restored``."""
-    key = sha256_hex(os.path.abspath(config_path).encode("utf-8"))[:16]
-    return os.path.join(backup_dir, "draft-config.%s" % key)
-
-
-def write_backups(backup_dir: str, config_path: str, data: bytes, like: os.stat_result):
-    """Keep the previous file and, once, the first-seen original."""
-    os.makedirs(backup_dir, mode=0o755, exist_ok=True)
-    stem = backup_stem(backup_dir, config_path)
-    source = stem + ".source"
-    if not os.path.exists(source):
-        _write(source, (os.path.abspath(config_path) + "\n").encode("utf-8"), like)
-    orig = stem + ".orig.json"
-    if not os.path.exists(orig):
-        _write(orig, data, like)
-    previous = stem + ".json"
-    _write(previous, data, like)
-    return previous, orig
-
-
-def restore(module: AnsibleModule, config_path: str, backup_dir: str) -> None:
-    """state=restored: put the previous file back (the one the last change replaced)."""
-    backup = backup_stem(backup_dir, config_path) + ".json"
-    result = dict(changed=False, path=config_path, backup=backup, restored=False,
-                  sha256_before=None, sha256_after=None)
-    if not os.path.isfile(backup):
-        result["backup"] = None
-        module.exit_json(msg="no backup of %s in %s: nothing to restore" % (config_path, backup_dir), **result)
-    with open(backup, "rb") as handle:
-        saved = handle.read()
-    current = None
-    if os.path.isfile(config_path):
-        with open(config_path, "rb") as handle:
-            current = handle.read()
-    result["sha256_before"] = sha256_hex(current) if current is not None else None
-    result["sha256_after"] = sha256_hex(saved)
-    if current == saved:
-        module.exit_json(msg="%s already is the saved previous file" % config_path, **result)
-    result["changed"] = result["restored"] = True
-    if module._diff:
-        result["diff"] = dict(before_header=config_path, after_header=backup,
-                              before=(current or b"").decode("utf-8", "replace"), after=saved.decode("utf-8", "replace"))
-    if not module.check_mode:
-        try:
-            _write(config_path, saved, os.stat(config_path if current is not None else backup))
-        except OSError as exc:
-            module.fail_json(msg="could not restore %s: %s" % (config_path, exc), **result)
-    module.exit_json(msg="%s %s from %s" % (config_path, "would be restored" if module.check_mode else "restored",
-                                            backup), **result)
 
 
 def read_config(module: AnsibleModule, config_path: str):
@@ -298,23 +223,23 @@ def main() -> None:
         argument_spec=dict(
             path=dict(type="path", required=True),
             # raw, not list/int: Ansible would turn "2" into 2 and hide the user's mistake.
-            layer_ids=dict(type="raw"),
+            layer_ids=dict(type="raw", required=True),
             user_layer_ids=dict(type="raw"),
             target_model_path=dict(type="path"),
-            backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
-            state=dict(type="str", choices=["present", "audit", "restored"], default="present"),
+            state=dict(type="str", choices=["present", "audit"], default="present"),
         ),
-        required_if=[("state", "present", ["layer_ids"]), ("state", "audit", ["layer_ids"])],
         supports_check_mode=True,
     )
     p = module.params
     config_path = os.path.join(p["path"], "config.json")
-    if p["state"] == "restored":
-        restore(module, config_path, p["backup_dir"])
+    target = p["target_model_path"]
+    # Before the file is even read: the draft's directory must be a draft's, and its own.
+    dir_errors = draft_model_errors(p["path"], target)
+    if dir_errors:
+        module.fail_json(msg="refusing to write %s: %s" % (config_path, "; ".join(dir_errors)), errors=dir_errors)
     data, text, config = read_config(module, config_path)
 
     num_hidden_layers = None
-    target = p["target_model_path"]
     if target:
         # The target must be a model deepseek_v2.py serves, or the ids mean nothing.
         target_errors = target_model_errors(target)
@@ -365,8 +290,6 @@ def main() -> None:
         layer_ids_after=layer_ids,
         sha256_before=sha256_hex(data),
         sha256_after=sha256_hex(new_data),
-        backup=None,
-        backup_orig=None,
         expected_count=expected_count,
         num_hidden_layers=num_hidden_layers,
     )
@@ -394,7 +317,6 @@ def main() -> None:
     like = os.stat(config_path)
     was_link = os.path.islink(config_path)
     try:
-        result["backup"], result["backup_orig"] = write_backups(p["backup_dir"], config_path, data, like)
         _write(config_path, new_data, like)
     except OSError as exc:
         module.fail_json(msg="could not write %s: %s" % (config_path, exc), **result)

@@ -523,7 +523,7 @@ ansible_facts:
           reading, ...), the fact the role's report task sets for a host that needs work.
         - Its C(compliant) is V(false) only for live findings (RV(live)).
       type: dict
-      sample: {host: gpu-01, release: 0.5.9, decision: patch, compliant: true, drift: [], mode: apply}
+      sample: {host: gpu-01, release: 0.5.9, decision: patch, compliant: true, drift: [], mode: remediate}
 """
 
 EXAMPLES = r"""

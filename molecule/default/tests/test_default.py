@@ -15,7 +15,7 @@ from scenario_helpers import PROJECT, run_playbook  # noqa: E402
 
 DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
 ENV_FILE = "/etc/sglang/sglang.env"
-BACKUPS = "/var/lib/sglang-remediation/backup"
+CHANGES = "/var/lib/sglang-remediation/changes"
 # Everywhere on the host the role, the server or systemd could write a token.
 HOST_PATHS = "/etc /var /run /tmp /root /opt /models /usr/local/lib/sglang-test-double"
 
@@ -153,10 +153,12 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
         assert runs["remediate --diff -v"].rc == 0, runs["remediate --diff -v"].tail()
         # The forward-capture check ran on the host (AnsiballZ payload, the venv's python); no torch here.
         assert "forward: not executed (no torch)" in runs["remediate --diff -v"].output
-        # The replaced file (the demo token) was kept 0600 under the state dir, not next to the live one.
+        # The replaced file (the demo token) was kept in the run's change set, 0600 root's under
+        # the state dir, not next to the live one.
         assert host.run("ls /etc/sglang").stdout.split() == ["sglang.env"]
-        kept = host.run("stat -c '%%a %%U %%n' %s/sglang.env.*" % BACKUPS).stdout.split()
-        assert kept[:2] == ["600", "root"], kept
+        kept = host.run("grep -rlsF hf_demo_not_a_real_token %s | xargs -r stat -c '%%a %%U %%n'"
+                        % CHANGES).stdout.splitlines()
+        assert kept and all(line.startswith("600 root %s/" % CHANGES) for line in kept), kept
 
         drifted = dict(base_env, HF_TOKEN=drift_token)
         runs["remediate --check --diff"] = play("remediate.yml", drifted, "--check", "--diff")

@@ -1,0 +1,255 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Open, close and restore the change set of a remediating run."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_changeset
+short_description: Record what a run replaces on an SGLang host, and put it back
+version_added: "2.0.0"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - fleetops.sglang.common
+description:
+  - A remediating run opens one change set before its first write (O(state=opened)). The set, under
+    C(<state_dir>/changes/<id>/), keeps what the run may replace, each as it was, with its bytes, owner, mode
+    and sha256, or the fact that it did not exist - the release in the venv (with the bytes of the SGLang
+    files the role patches and the pip arguments that installed it), the draft's C(config.json), the unit,
+    the environment file, the fingerprint of what runs (C(running.json)) and the pinned requirement - and
+    whether the service was active and enabled, the directories and the service account it may create.
+  - M(fleetops.sglang.sglang_eagle3) adds the SGLang files it patches to the open set just before it writes
+    them (O(fleetops.sglang.sglang_eagle3#module:changeset)).
+  - O(state=closed) ends a run whose change stands (it passed its gates, or needed no restart), with the list of
+    what changed; a set that changed nothing is discarded.
+  - O(state=restored) puts a set back, newest entry first - the pristine file of a release this run installed,
+    the previous release (reinstalled by pip with the same arguments) with its own SGLang files, every
+    configuration file byte for byte with its owner and mode (a file that did not exist is removed) - and
+    returns what it restored (with sha256) and what it left (a venv, directories or the account the run
+    created). The role's undo after a failed run restores that run's set; C(playbooks/rollback.yml) restores
+    the newest set whose change stands (O(changeset=newest)).
+  - The sets are root's (0700 directories and 0600 files, since the environment file holds secrets); the
+    newest O(keep) are kept.
+attributes:
+  check_mode:
+    support: full
+    details:
+      - O(state=opened) and O(state=closed) write nothing and report what they would; O(state=restored) reports
+        what it would put back.
+options:
+  state:
+    description: What to do with the change set.
+    type: str
+    choices: [opened, closed, restored]
+    required: true
+  state_dir:
+    description: The role's state directory (C(sglang_state_dir)); the sets live under its C(changes/).
+    type: path
+    required: true
+  changeset:
+    description:
+      - The set to close or restore, as RV(dir) of O(state=opened) returned it, or V(newest) (O(state=restored)
+        only) for the newest set whose change stands.
+    type: str
+  run_id:
+    description: The run that opens the set (the lease's holder), recorded in it.
+    type: str
+    default: ""
+  files:
+    description: The configuration files the run may write, recorded with O(state=opened).
+    type: list
+    elements: path
+    default: []
+  venv:
+    description: The SGLang virtualenv; its release and the SGLang files the role patches are recorded.
+    type: path
+  pip:
+    description:
+      - How the release is installed, to put a previous one back - C(args), the pip arguments apart from the
+        requirement; C(requirement), the pinned requirement file when installs are hash-checked.
+    type: dict
+    default: {}
+  dirs:
+    description: Directories the run may create; a restore lists those it created as left.
+    type: list
+    elements: path
+    default: []
+  user:
+    description: The service account the run may create; a restore lists it as left when it did.
+    type: str
+    default: sglang
+  group:
+    description: The service group the run may create.
+    type: str
+    default: sglang
+  service:
+    description: The systemd unit whose state (active, enabled) before the run is recorded.
+    type: str
+    default: sglang
+  keep:
+    description: How many sets to keep (the newest).
+    type: int
+    default: 5
+notes:
+  - Needs root (become), as the files it records are root's.
+seealso:
+  - module: fleetops.sglang.sglang_eagle3
+"""
+
+EXAMPLES = r"""
+- name: Open this run's change set before the first write
+  fleetops.sglang.sglang_changeset:
+    state: opened
+    state_dir: /var/lib/sglang-remediation
+    run_id: "{{ lease.holder.run_id }}"
+    venv: /opt/sglang/venv
+    pip: {args: [--no-index, --find-links, /var/cache/sglang/wheelhouse]}
+    files:
+      - /models/DeepSeek-V3-EAGLE3/config.json
+      - /etc/systemd/system/sglang.service
+      - /etc/sglang/sglang.env
+      - /var/lib/sglang-remediation/running.json
+  register: changes
+
+- name: Put back what the failed run changed
+  fleetops.sglang.sglang_changeset:
+    state: restored
+    state_dir: /var/lib/sglang-remediation
+    changeset: "{{ changes.dir }}"
+  register: undo
+
+- name: Roll the last remediation back (playbooks/rollback.yml)
+  fleetops.sglang.sglang_changeset:
+    state: restored
+    state_dir: /var/lib/sglang-remediation
+    changeset: newest
+"""
+
+RETURN = r"""
+id:
+  description: The set's id (a zero-padded sequence number); V(null) when O(changeset=newest) found none.
+  type: str
+  returned: always
+  sample: "000007"
+dir:
+  description: Where the set lives; what O(changeset) takes.
+  type: str
+  returned: always
+  sample: /var/lib/sglang-remediation/changes/000007
+set_state:
+  description: The set's state after this call - V(open), V(closed), V(discarded) or V(restored).
+  type: str
+  returned: always
+  sample: closed
+service:
+  description: Whether the service was active and enabled when the set was opened.
+  type: dict
+  returned: always
+  sample: {active: true, enabled: true}
+changes:
+  description: With O(state=closed), what the run changed (path, sha256 before -> after; a release step).
+  type: list
+  elements: str
+  returned: always
+  sample: ["/etc/systemd/system/sglang.service 3f2a9c01aa8e -> 9bd1e0f2c4a7"]
+restored:
+  description: With O(state=restored), what was put back, each with the sha256 (and mode, owner) now in place.
+  type: list
+  elements: str
+  returned: always
+  sample: ["/etc/systemd/system/sglang.service restored to sha256 3f2a... (0644 root:root)"]
+release:
+  description: With O(state=restored), the release the set recorded (what runs once the set is put back); V(null) for a venv the run created.
+  type: str
+  returned: always
+  sample: "0.5.9"
+left:
+  description: With O(state=restored), what the run created and the restore left in place.
+  type: list
+  elements: str
+  returned: always
+  sample: ["/opt/sglang/venv with sglang 0.5.9 (installed by this run)", "user sglang (created by this run)"]
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_changeset as changeset
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import EngineError
+
+
+def service_state(module, name):
+    systemctl = module.get_bin_path("systemctl")
+    if not systemctl:
+        return {"active": False, "enabled": False}
+    active = module.run_command([systemctl, "is-active", "--quiet", name])[0] == 0
+    enabled = module.run_command([systemctl, "is-enabled", "--quiet", name])[0] == 0
+    return {"active": active, "enabled": enabled}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", required=True, choices=["opened", "closed", "restored"]),
+            state_dir=dict(type="path", required=True),
+            changeset=dict(type="str"),
+            run_id=dict(type="str", default=""),
+            files=dict(type="list", elements="path", default=[]),
+            venv=dict(type="path"),
+            pip=dict(type="dict", default={}),
+            dirs=dict(type="list", elements="path", default=[]),
+            user=dict(type="str", default="sglang"),
+            group=dict(type="str", default="sglang"),
+            service=dict(type="str", default="sglang"),
+            keep=dict(type="int", default=5),
+        ),
+        required_if=[("state", "opened", ["venv"]), ("state", "closed", ["changeset"]),
+                     ("state", "restored", ["changeset"])],
+        supports_check_mode=True,
+    )
+    p = module.params
+    result = dict(changed=False, id=None, dir=None, set_state=None, service={}, changes=[], restored=[], left=[],
+                  release=None)
+    try:
+        if p["state"] == "opened":
+            if module.check_mode:
+                result.update(set_state="open (check mode: not written)", service=service_state(module, p["service"]))
+                module.exit_json(**result)
+            manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["pip"], p["dirs"],
+                                          p["user"], p["group"], service_state(module, p["service"]), p["keep"])
+            result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
+                          service=manifest["service"])
+        elif p["state"] == "closed":
+            manifest = changeset.load(p["changeset"])
+            result.update(id=manifest["id"], dir=p["changeset"], service=manifest.get("service", {}))
+            if module.check_mode:
+                result.update(changes=changeset.changes(manifest), set_state="closed (check mode)")
+            else:
+                closed = changeset.close_set(p["changeset"])
+                result.update(changed=True, set_state=closed["state"], changes=closed["changes"])
+        else:
+            set_dir = p["changeset"]
+            if set_dir == "newest":
+                set_dir = changeset.newest_applied(p["state_dir"])
+                if set_dir is None:
+                    result["msg"] = "no change set to roll back under %s" % os.path.join(p["state_dir"], "changes")
+                    module.exit_json(**result)
+            restored = changeset.restore_set(set_dir, module.run_command, module.check_mode)
+            result.update(changed=restored["changed"], id=restored["id"], dir=set_dir,
+                          set_state="restored" if not module.check_mode else "restored (check mode)",
+                          service=restored["service"], restored=restored["restored"], left=restored["left"],
+                          release=restored["release"])
+    except changeset.RestoreError as exc:
+        # What was put back before it stopped still goes to the report.
+        result.update(restored=exc.restored, left=exc.left, changed=bool(exc.restored))
+        module.fail_json(msg="change set under %s: %s" % (p["state_dir"], exc), **result)
+    except (EngineError, OSError, ValueError, KeyError) as exc:
+        module.fail_json(msg="change set under %s: %s" % (p["state_dir"], exc), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
