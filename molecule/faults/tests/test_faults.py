@@ -1,0 +1,555 @@
+"""The failure contract, proven by a fault at each step where a run can stop after a change.
+
+One host per case (molecule.yml): faults-01..12 fresh (the base image: nothing installed,
+nothing served), faults-15..27 converged (the converged image, serving 0.5.9 with 15/1/16),
+each put in a state (a flag change, a draft-ids change, an upgrade to 0.5.12.post1, its
+patch reset to pristine, an environment change) and given one fault. faults-13..14 are the
+canary case. The tests run in file order and build on each other:
+
+1. every host is read as it is (files with sha256, mode and owner; the server's
+   /proc/<MainPID>/cmdline and environ; the unit's state), then one run of the role over
+   all of them, each with its own fault (the host_vars of a generated inventory, plus what
+   a case does to the host: a read-only mount, a broken interpreter), and a controller
+   SIGKILLed during the gate for two of them;
+2. each host is judged against the contract (README, "When a run fails"): a host that
+   served serves what it served, with the same files byte for byte and the same argv and
+   environment; a fresh host serves nothing, its SGLang file pristine; a failed undrain
+   hook or textfile keeps the gated change; the row is complete, the lease given back,
+   the textfile says failed;
+3. the faults are taken away and one run converges every host with exactly one restart;
+4. one more run changes nothing;
+5. the canary case: a rolling remediate.yml whose canary fails its first gate.
+
+Faults come from the test double's switches (files/sglang_test_double: exit at start,
+health 503, other settings), the role's own variables (a gate threshold, a failing hook
+file, a wheelhouse holding a corrupt wheel), and the host (a read-only bind mount, a
+sitecustomize that makes the venv's python refuse to compile the patched file).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+from operator_runs import Operator, sh  # noqa: E402
+from scenario_helpers import PROJECT, STARTS_LOG, Run  # noqa: E402
+
+PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
+DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
+WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "faults"
+MOLECULE_INVENTORY = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "inventory"
+MATRIX = PROJECT / "molecule" / "faults" / "files" / "matrix.yml"
+FAIL_HOOK = PROJECT / "molecule" / "faults" / "files" / "fail-hook.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO = yaml.safe_load(DEMO_VARS.read_text())
+SITE = "/opt/sglang/venv/lib/python3*/site-packages"
+SOURCES = ("sglang/srt/models/deepseek_v2.py", "sglang/srt/model_executor/cuda_graph_runner.py",
+           "sglang/srt/model_executor/model_runner.py")
+CONFIGS = ("/models/DeepSeek-V3-EAGLE3/config.json", "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.env",
+           "/var/lib/sglang-remediation/running.json")
+LEASE = "/var/lib/sglang-remediation/lease.json"
+TEXTFILE = "/var/lib/prometheus/node-exporter/sglang_remediation.prom"
+# What systemd sets anew for every start: not part of what the server was started with.
+PER_START = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MEMORY_PRESSURE_WATCH",
+             "MEMORY_PRESSURE_WRITE", "NOTIFY_SOCKET", "MAINPID", "MANAGERPID")
+GATE_FAILED = "Fail when the server does not run the installed release, the rendered settings and a good accept length"
+NEVER_HEALTHY = "Fail when the server never became healthy"
+
+
+def host(n: int) -> str:
+    return "%s-faults-%02d-%s" % (PREFIX, n, DISTRO)
+
+
+def env(**extra: str) -> Dict[str, str]:
+    """The demo's server environment with the case's additions."""
+    return dict(DEMO["sglang_environment"], **extra)
+
+
+def ro_mount(path: str, create: bool = False) -> str:
+    return "%sset -e; mount --bind %s %s; mount -o remount,bind,ro %s" % (
+        "mkdir -p %s; " % path if create else "", path, path, path)
+
+
+# The states a case starts from, as variables of both its faulted run and its recovery.
+FLAGS = {"sglang_speculative_num_steps": 7, "sglang_speculative_num_draft_tokens": 8}
+# A draft retrained on other layers: its ids, and the test double told what it was trained on.
+DRAFT_IDS = {"sglang_eagle3_layer_ids": [-1, 3, 30],
+             "sglang_environment": env(SGLANG_TEST_DOUBLE_TRAINED_LAYERS="embed,3,30")}
+UPGRADE = {"sglang_version": "0.5.12.post1"}
+ENV_CHANGE = {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXTRA="1")}
+
+# A .pth line runs at every start of the venv's python (Debian's own sitecustomize shadows one
+# in the venv): this one makes the compile check of the patched deepseek_v2.py fail.
+BREAK_COMPILE = ("import os, sys; (sys.argv[:1] == ['-c'] and sys.argv[-1].endswith('deepseek_v2.py')) and "
+                 "(sys.stderr.write('faults scenario: this python refuses to compile deepseek_v2.py (injected)\\n'),"
+                 " os._exit(1))\n")
+BREAK_COMPILE_PTH = "faults-break-compile.pth"
+
+
+@dataclass
+class Case:
+    n: int
+    state: str
+    step: str
+    state_vars: Dict[str, Any]
+    fault_vars: Dict[str, Any] = field(default_factory=dict)
+    setup: Optional[str] = None       # shell on the host, as root, before the faulted run
+    teardown: Optional[str] = None    # and what takes the fault away before the recovery
+    failed_task: str = ""
+    keeps: bool = False               # the gated change stands (undrain hook, textfile)
+    restarts_on_fault: int = 0        # healthy starts of the server during the faulted run
+    killed: bool = False
+    rolled_back: bool = True          # the run had written something before it failed
+    half: bool = False                # putting the change back fails too
+
+    @property
+    def restarted(self) -> bool:
+        """The faulted run restarted the server (the undo then restarts it on what it put back)."""
+        return self.step in ("start", "health", "accept_length", "live_settings") or self.keeps
+
+    @property
+    def fresh(self) -> bool:
+        return self.n <= 14
+
+    def vars_for(self, faulted: bool) -> Dict[str, Any]:
+        out = dict(self.state_vars)
+        if faulted:
+            out.update(self.fault_vars)
+            # A fault's environment switch joins the state's environment.
+            if "sglang_environment" in self.state_vars and "sglang_environment" in self.fault_vars:
+                out["sglang_environment"] = dict(self.state_vars["sglang_environment"],
+                                                 **self.fault_vars["sglang_environment"])
+        return out
+
+
+def _bad_wheelhouse() -> str:
+    return str(WORK / "bad-wheelhouse")
+
+
+CASES = [
+    # --- fresh hosts: nothing installed, nothing served -----------------------------------------
+    Case(1, "fresh", "install", {}, {"sglang_wheelhouse": "@bad-wheelhouse"},
+         failed_task="Install the pinned SGLang into the virtualenv", rolled_back=False),
+    Case(2, "fresh", "patch", {}, setup="mkdir -p -m 0700 /var/lib/sglang-remediation/backup; "
+         + ro_mount("/var/lib/sglang-remediation/backup"), teardown="umount /var/lib/sglang-remediation/backup",
+         failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
+    Case(3, "fresh", "draft_config", {}, setup=ro_mount("/models/DeepSeek-V3-EAGLE3"),
+         teardown="umount /models/DeepSeek-V3-EAGLE3",
+         failed_task="Write the layer ids this release needs into the draft model's config"),
+    Case(4, "fresh", "service_files", {}, setup=ro_mount("/etc/systemd/system"), teardown="umount /etc/systemd/system",
+         failed_task="Configure the SGLang service unit"),
+    Case(5, "fresh", "start", {}, {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXIT_AT_START="1")},
+         failed_task=NEVER_HEALTHY),
+    Case(6, "fresh", "health", {}, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
+         failed_task=NEVER_HEALTHY),
+    Case(7, "fresh", "accept_length", {}, {"sglang_accept_length_min": 8}, failed_task=GATE_FAILED,
+         restarts_on_fault=1),
+    Case(8, "fresh", "live_settings", {}, {"sglang_environment": env(
+        SGLANG_TEST_DOUBLE_RUN_SETTINGS="speculative_num_steps=3,speculative_num_draft_tokens=4")},
+        failed_task=GATE_FAILED, restarts_on_fault=1),
+    Case(9, "fresh", "pre_hook", {}, {"sglang_pre_restart_tasks": str(FAIL_HOOK)},
+         failed_task="Fail as a drain or undrain call that the load balancer refused would"),
+    Case(10, "fresh", "post_hook", {}, {"sglang_post_restart_tasks": str(FAIL_HOOK)},
+         failed_task="Fail as a drain or undrain call that the load balancer refused would", keeps=True,
+         restarts_on_fault=1),
+    Case(11, "fresh", "textfile", {}, setup=ro_mount("/var/lib/prometheus/node-exporter", create=True),
+         teardown="umount /var/lib/prometheus/node-exporter", failed_task="Write the node_exporter textfile for this run",
+         keeps=True, restarts_on_fault=1),
+    Case(12, "fresh", "controller_killed", {}, {"sglang_environment": env(SGLANG_TEST_DOUBLE_STARTUP_DELAY="60")},
+         killed=True),
+    # --- converged hosts: serving 0.5.9, patched, 15/1/16 -----------------------------------------
+    Case(15, "upgrade", "install", UPGRADE, {"sglang_wheelhouse": "@bad-wheelhouse"},
+         failed_task="Install the pinned SGLang into the virtualenv", rolled_back=False),
+    Case(16, "patch_reset", "patch", {},
+         setup="set -e; f=$(ls -d %s/%s); cp /var/lib/sglang-remediation/backup/sglang-0.5.9/%s \"$f\"; "
+               "printf %%s %s > $(ls -d %s)/%s" % (
+                   SITE, SOURCES[0], SOURCES[0], "'" + BREAK_COMPILE.replace("'", "'\"'\"'") + "'", SITE,
+                   BREAK_COMPILE_PTH),
+         teardown="rm -f $(ls -d %s)/%s" % (SITE, BREAK_COMPILE_PTH),
+         failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
+    Case(17, "draft_ids", "draft_config", DRAFT_IDS, setup=ro_mount("/models/DeepSeek-V3-EAGLE3"),
+         teardown="umount /models/DeepSeek-V3-EAGLE3",
+         failed_task="Write the layer ids this release needs into the draft model's config", rolled_back=False),
+    Case(18, "environment", "service_files", ENV_CHANGE, setup=ro_mount("/etc/sglang"), teardown="umount /etc/sglang",
+         failed_task="Write the service environment (secrets live only here)", rolled_back=False),
+    Case(19, "flags", "start", FLAGS, {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXIT_AT_START="1")},
+         failed_task=NEVER_HEALTHY, restarts_on_fault=1),
+    Case(20, "upgrade", "health", UPGRADE, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
+         failed_task=NEVER_HEALTHY, restarts_on_fault=1),
+    # At most the 8 draft tokens of its flags (the preflight refuses more), above the double's ~3.4.
+    Case(21, "flags", "accept_length", FLAGS, {"sglang_accept_length_min": 8}, failed_task=GATE_FAILED,
+         restarts_on_fault=2),
+    Case(22, "draft_ids", "live_settings", DRAFT_IDS, {"sglang_environment": env(
+        SGLANG_TEST_DOUBLE_RUN_SETTINGS="speculative_num_steps=3,speculative_num_draft_tokens=4")},
+        failed_task=GATE_FAILED, restarts_on_fault=2),
+    Case(23, "flags", "pre_hook", FLAGS, {"sglang_pre_restart_tasks": str(FAIL_HOOK)},
+         failed_task="Fail as a drain or undrain call that the load balancer refused would"),
+    Case(24, "flags", "post_hook", FLAGS, {"sglang_post_restart_tasks": str(FAIL_HOOK)},
+         failed_task="Fail as a drain or undrain call that the load balancer refused would", keeps=True,
+         restarts_on_fault=1),
+    Case(25, "flags", "textfile", FLAGS, setup=ro_mount("/var/lib/prometheus/node-exporter"),
+         teardown="umount /var/lib/prometheus/node-exporter", failed_task="Write the node_exporter textfile for this run",
+         keeps=True, restarts_on_fault=1),
+    Case(26, "flags", "controller_killed", FLAGS, {"sglang_environment": env(SGLANG_TEST_DOUBLE_STARTUP_DELAY="60")},
+         killed=True),
+    # --- putting the change back fails too: the previous release's wheel is gone from the host ---
+    Case(27, "upgrade", "undo", UPGRADE, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
+         setup="rm /var/cache/sglang/wheelhouse/sglang-0.5.9-*.whl", failed_task=NEVER_HEALTHY,
+         restarts_on_fault=1, half=True),
+]
+BY_HOST = {host(c.n): c for c in CASES}
+MATRIX_CASES = [c for c in CASES if not c.killed]
+CANARY, SECOND = host(13), host(14)
+_state: Dict[str, Any] = {}
+
+
+# --------------------------------------------------------------------------- the host, read
+
+
+READ = r"""
+import glob, json, os, pwd, grp, subprocess
+def stat(p):
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return None
+    import hashlib
+    return [hashlib.sha256(open(p, "rb").read()).hexdigest(), oct(st.st_mode & 0o7777),
+            pwd.getpwuid(st.st_uid).pw_name + ":" + grp.getgrgid(st.st_gid).gr_name]
+site = (glob.glob("/opt/sglang/venv/lib/python3*/site-packages") or [""])[0]
+files = {p: stat(p) for p in %(configs)r}
+files.update({rel: stat(os.path.join(site, rel)) for rel in %(sources)r} if site else {})
+infos = glob.glob(site + "/sglang-*.dist-info") if site else []
+show = subprocess.run(["systemctl", "show", "-p", "MainPID", "-p", "ActiveState", "-p", "UnitFileState", "sglang"],
+                      capture_output=True, text=True).stdout
+unit = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+pid = int(unit.get("MainPID") or 0)
+cmdline = environ = None
+if pid:
+    try:
+        cmdline = open("/proc/%%d/cmdline" %% pid, "rb").read().decode().split("\0")
+        environ = sorted(e for e in open("/proc/%%d/environ" %% pid, "rb").read().decode().split("\0")
+                         if e and e.split("=", 1)[0] not in %(per_start)r)
+    except OSError:
+        pass
+starts = sum(1 for _ in open(%(starts)r)) if os.path.exists(%(starts)r) else 0
+print(json.dumps({"files": files, "release": [os.path.basename(i)[7:-10] for i in infos], "pid": pid,
+                  "active": unit.get("ActiveState"), "enabled": unit.get("UnitFileState"), "cmdline": cmdline,
+                  "environ": environ, "starts": starts, "lease": os.path.exists(%(lease)r),
+                  "textfile": open(%(textfile)r).read() if os.path.exists(%(textfile)r) else None}))
+""" % {"configs": CONFIGS, "sources": SOURCES, "per_start": PER_START, "starts": STARTS_LOG, "lease": LEASE,
+       "textfile": TEXTFILE}
+
+
+def read(name: str) -> Dict[str, Any]:
+    """What the contract judges on a host, read on it as root."""
+    return json.loads(sh(name, "python3 -c %s" % _quote(READ)))
+
+
+def record_sha256(name: str, rel: str) -> str:
+    """The sha256 pip recorded for ``rel`` (the pristine bytes of the installed release)."""
+    script = ("import base64,glob,sys;rec=glob.glob('%s/sglang-*.dist-info/RECORD')[0];"
+              "[print(base64.urlsafe_b64decode(h[7:]+'='*(-len(h[7:])%%4)).hex()) "
+              "for p,h,_ in (l.rsplit(',',2) for l in open(rec) if l.count(',')>=2) if p==sys.argv[1]]" % SITE)
+    return sh(name, "python3 -c %s %s" % (_quote(script), rel)).strip()
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def inventory(cases: List[Case], faulted: bool, extra_hosts: Optional[Dict[str, Dict[str, Any]]] = None) -> Path:
+    """A second inventory source: the demo's group vars, each case's host vars."""
+    inv = WORK / ("inventory-%s" % ("faulted" if faulted else "clean"))
+    shutil.rmtree(inv, ignore_errors=True)
+    (inv / "group_vars").mkdir(parents=True)
+    (inv / "host_vars").mkdir()
+    (inv / "group_vars" / "sglang.yml").write_text(DEMO_VARS.read_text())
+    (inv / "hosts.yml").write_text("sglang:\n  hosts: {}\n")
+    for case in cases:
+        values = case.vars_for(faulted)
+        if values.get("sglang_wheelhouse") == "@bad-wheelhouse":
+            values["sglang_wheelhouse"] = _bad_wheelhouse()
+        # A failed gate gives up after this long (the server never turns healthy here); the
+        # killed runs' gate waits for their slow server, until the kill.
+        values.setdefault("sglang_health_timeout", 120 if case.killed else 15)
+        (inv / "host_vars" / ("%s.yml" % host(case.n))).write_text(yaml.safe_dump(values))
+    for name, values in (extra_hosts or {}).items():
+        (inv / "host_vars" / ("%s.yml" % name)).write_text(yaml.safe_dump(values))
+    return inv
+
+
+OPERATOR = Operator(WORK, [MOLECULE_INVENTORY],
+                    callbacks="ansible.posix.profile_tasks,fleetops.sglang.sglang_report")
+
+
+def run(name: str, playbook: Path, inv: Path, limit: List[str], args: List[str] = (), env_over=None) -> Run:
+    """One run over the Molecule inventory plus ``inv`` (the demo's and the cases' variables)."""
+    return OPERATOR.run(name, playbook, args=["-i", str(inv), "--limit", ",".join(limit), *args], env=env_over)
+
+
+def rows(name: str) -> Dict[str, Dict[str, Any]]:
+    return OPERATOR.rows(name)
+
+
+def wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+# --------------------------------------------------------------------------- 1. the faulted run
+
+
+def test_every_host_faulted_at_its_step_in_one_run():
+    WORK.mkdir(parents=True, exist_ok=True)
+    bad = Path(_bad_wheelhouse())
+    bad.mkdir(exist_ok=True)
+    for name in ("sglang-0.5.9-py3-none-any.whl", "sglang-0.5.12.post1-cp311-cp311-manylinux_2_34_x86_64.whl"):
+        (bad / name).write_bytes(b"not a wheel: the faults scenario's corrupt download\n")
+    # The state each run starts from is the host after its case's setup (a patch reset to pristine
+    # is part of it; a read-only mount changes no file).
+    for case in CASES:
+        if case.setup:
+            sh(host(case.n), case.setup)
+    before = {name: read(name) for name in BY_HOST}
+    assert all(before[host(c.n)]["active"] == ("inactive" if c.fresh else "active") for c in CASES), before
+    _state["before"] = before
+    inv = inventory(CASES, faulted=True)
+    # The controller killed during the gate: a run of its own per host, SIGKILLed once that host's
+    # server restarted (its start delay keeps the gate waiting), while the matrix's run goes on.
+    killers = {host(c.n): OPERATOR.start("killed-%02d" % c.n, MATRIX, args=["-i", str(inv), "--limit", host(c.n)])
+               for c in CASES if c.killed}
+    matrix = OPERATOR.start("faulted", MATRIX, args=["-i", str(inv), "--limit", ",".join(host(c.n) for c in MATRIX_CASES)])
+    try:
+        # Each killer's run is watched at once: its server's restart (a new MainPID) starts the
+        # gate's wait on the slow server, and the run is SIGKILLed then.
+        pending, deadline = dict(killers), time.monotonic() + 900
+        while pending and time.monotonic() < deadline:
+            for name, proc in list(pending.items()):
+                assert proc.poll() is None, "the run of %s ended before it could be killed" % name
+                if read(name)["pid"] not in (before[name]["pid"], 0):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    del pending[name]
+            time.sleep(0.5)
+        assert not pending, "no restart seen in 900 s on %s" % sorted(pending)
+        assert matrix.wait(timeout=1800) == 2, OPERATOR.log("faulted")[-6000:]
+    finally:
+        for proc in list(killers.values()) + [matrix]:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    for case in CASES:
+        if case.teardown:
+            sh(host(case.n), case.teardown)
+
+
+def _case_ids():
+    return ["%02d-%s-%s" % (c.n, c.state, c.step) for c in CASES]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_ids())
+def test_the_host_is_left_as_the_contract_says(case):
+    name = host(case.n)
+    before, after = _state["before"][name], read(name)
+    if case.killed:
+        # Killed during the gate: the transaction's own state, which the next run finishes.
+        assert after["lease"], "a run killed mid-way cannot give its lease back"
+        assert after["pid"] != before["pid"] and "--speculative-num-steps %d" % (
+            case.state_vars.get("sglang_speculative_num_steps", 15)) in " ".join(after["cmdline"] or [])
+        return
+    row = rows("faulted")[name]
+    assert row["status"] == "failed" and row["error"], row
+    assert row["failed_task"] == case.failed_task, (row["failed_task"], row["error"])
+    assert case.failed_task.split(":")[0] in row["error"] or row["error"].startswith(case.failed_task), row["error"]
+    # Every column known when it failed.
+    assert row["release"] and row["speculative_flags"], row
+    if case.step not in ("install",):
+        assert row["decision"] in ("patch", "native") and row["family"] and row["sha256_before"], row
+        assert row["draft_layer_ids"], row
+    assert not after["lease"], "the lease was not given back"
+    assert after["textfile"] is None or case.step == "textfile" or (
+        'sglang_remediation_failure{class="error"} 1' in after["textfile"]
+        and "sglang_remediation_compliant 0" in after["textfile"]), after["textfile"]
+    assert after["starts"] - before["starts"] == case.restarts_on_fault, (after["starts"], before["starts"])
+    if case.keeps:
+        # The undrain hook or the textfile failed after the gates passed: the gated change stands.
+        assert row["rolled_back"] is False and row["rollback"] == [] and row["restarted"] is True, row
+        assert after["active"] == "active" and after["enabled"] == "enabled"
+        assert after["files"]["/var/lib/sglang-remediation/running.json"] is not None
+        steps = case.state_vars.get("sglang_speculative_num_steps", 15)
+        assert "--speculative-num-steps %d" % steps in " ".join(after["cmdline"]), after["cmdline"]
+        return
+    if case.half:
+        # The previous release cannot be reinstalled: the configuration is put back, the run's
+        # release stays with its SGLang files pristine, and the report says the host may be
+        # half-changed, with what was put back and what was left.
+        assert "putting this run's change back FAILED at Put back what this run changed" in row["error"], row
+        assert "the host may be half-changed" in row["error"] and "could not put sglang 0.5.9 back" in row["error"]
+        assert row["left"] == ["/opt/sglang/venv with sglang 0.5.12.post1 (reinstalling sglang 0.5.9 failed)"], row
+        assert row["rolled_back"] is False and row["rollback"], row
+        assert after["release"] == ["0.5.12.post1"]
+        assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
+        assert {p: after["files"][p] for p in CONFIGS} == {p: before["files"][p] for p in CONFIGS}
+        return
+    changed = [p for p in before["files"] if before["files"][p] != after["files"].get(p)]
+    if not case.fresh:
+        # It served before: it serves exactly that, from the same bytes, owners and modes.
+        assert changed == [], [(p, before["files"][p], after["files"].get(p)) for p in changed]
+        assert after["release"] == before["release"] == ["0.5.9"]
+        assert (after["active"], after["enabled"]) == ("active", "enabled")
+        assert after["cmdline"] == before["cmdline"] and after["environ"] == before["environ"]
+        assert (after["pid"] != before["pid"]) is case.restarted, (after["pid"], before["pid"])
+        assert row["restarted"] is case.restarted and row["restarts"] == (2 if case.restarted else 0), row
+    else:
+        # It served nothing: it serves nothing, its unit gone, SGLang's file as pip installed it.
+        assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
+        for path in CONFIGS[1:]:
+            assert after["files"][path] is None, (path, after["files"][path])
+        assert after["files"][CONFIGS[0]] == before["files"][CONFIGS[0]]  # the draft config
+        if after["release"]:
+            assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
+            assert any(line.startswith("/opt/sglang/venv with sglang 0.5.9") for line in row["left"]), row["left"]
+        assert row["left"], row
+    # What this run had written is put back, each line with the sha256 now in place.
+    assert row["rolled_back"] is case.rolled_back and bool(row["rollback"]) is case.rolled_back, row
+    for line in row["rollback"]:
+        assert re.search(r" (restored to sha256 [0-9a-f]{64} \(0[0-7]{3} \S+\)|removed \(it did not exist"
+                         r" before\)|reinstalled in /opt/sglang/venv)$", line), line
+    if case.n == 20:
+        assert "sglang 0.5.9 reinstalled in /opt/sglang/venv" in row["rollback"], row["rollback"]
+
+
+# --------------------------------------------------------------------------- 2. recovery and rerun
+
+
+def test_without_the_faults_every_host_converges_with_one_restart():
+    before = {name: read(name) for name in BY_HOST}
+    killed = [host(c.n) for c in CASES if c.killed]
+    # A killed run's server turns healthy on its own (its start counts first).
+    for name in killed:
+        wait(lambda: read(name)["starts"] > _state["before"][name]["starts"], 120, "%s's server" % name)
+        before[name] = read(name)
+    recovered = run("recovered", MATRIX, inventory(CASES, faulted=False), list(BY_HOST))
+    assert recovered.rc == 0, recovered.tail(150)
+    r = rows("recovered")
+    for name, case in BY_HOST.items():
+        after = read(name)
+        # A host whose gated change stood (a failed undrain hook or textfile) had its one restart
+        # in the faulted run: it is compliant as it is and ends at its probe.
+        restarts, status = (0, "ok") if case.keeps else (1, "changed")
+        assert r[name]["compliant"] is True and r[name]["status"] == status, (name, r[name])
+        assert after["starts"] - before[name]["starts"] == restarts, (name, before[name]["starts"], after["starts"])
+        assert (after["active"], after["enabled"]) == ("active", "enabled"), (name, after)
+        assert not after["lease"]
+        if case.killed:
+            assert "took over the lease of run" in recovered.output
+    _state["recovered"] = {name: read(name) for name in BY_HOST}
+
+
+def test_a_run_after_that_changes_nothing():
+    again = run("again", MATRIX, inventory(CASES, faulted=False), list(BY_HOST))
+    assert again.rc == 0 and again.changed() == 0, again.tail(150)
+    for name in BY_HOST:
+        assert read(name)["starts"] == _state["recovered"][name]["starts"], name
+
+
+# --------------------------------------------------------------------------- 3. the rollback playbook
+
+
+ROLLBACK = PROJECT / "playbooks" / "rollback.yml"
+PROJECT_CFG = {"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")}
+
+
+def test_rolling_back_a_first_remediation_leaves_the_host_serving_nothing():
+    """faults-01's last change set is its recovery, which found nothing served: it serves nothing again."""
+    name = host(1)
+    back = run("rollback-first", ROLLBACK, inventory(CASES, faulted=False), [name], env_over=PROJECT_CFG)
+    assert back.rc == 0, back.tail(120)
+    row, after = rows("rollback-first")[name], read(name)
+    assert row["decision"] == "rollback" and row["rolled_back"] is True and row["restarts"] == 0, row
+    assert any(line.startswith("/etc/systemd/system/sglang.service removed") for line in row["rollback"]), row
+    assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
+    assert all(after["files"][p] is None for p in CONFIGS[1:]), after["files"]
+    assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
+    # Every change set of the host is put back now: nothing more to roll back.
+    again = run("rollback-nothing", ROLLBACK, inventory(CASES, faulted=False), [name], env_over=PROJECT_CFG)
+    assert again.rc == 0 and "no change set to roll back" in again.output, again.tail(80)
+    assert rows("rollback-nothing")[name]["decision"] == "nothing to roll back"
+    assert read(name)["files"] == after["files"]
+
+
+def test_a_rollback_whose_drain_fails_changes_nothing_and_the_next_one_goes_back():
+    """faults-21 (recovered onto 7/8 steps): a failing drain hook stops the rollback before anything is put back."""
+    name = host(21)
+    before = read(name)
+    # Not deferred: the role's rollback entry point fails the host itself (the playbook's post
+    # task does it otherwise), so that branch runs too.
+    failing = run("rollback-drain-fails", ROLLBACK, inventory(CASES, faulted=False), [name],
+                  args=["-e", "sglang_pre_restart_tasks=%s" % FAIL_HOOK, "-e", "sglang_defer_failure=false"],
+                  env_over=PROJECT_CFG)
+    assert failing.rc == 2, failing.tail(80)
+    row = rows("rollback-drain-fails")[name]
+    assert row["status"] == "failed" and "load balancer refused" in row["error"] and row["rolled_back"] is False, row
+    after = read(name)
+    assert {k: after[k] for k in ("files", "pid", "cmdline", "environ", "starts", "lease")} == {
+        k: before[k] for k in ("files", "pid", "cmdline", "environ", "starts", "lease")}
+    back = run("rollback-converged", ROLLBACK, inventory(CASES, faulted=False), [name],
+               args=["-e", "sglang_post_restart_tasks=%s" % (PROJECT / "examples" / "hooks" / "tasks" / "undrain.yml")],
+               env_over=PROJECT_CFG)
+    assert back.rc == 0, back.tail(80)
+    row, after = rows("rollback-converged")[name], read(name)
+    # Back to what the converged image served: 15 steps, restarted once behind the gate.
+    assert row["restarted"] is True and row["health"] == "ok" and row["release"] == "0.5.9", row
+    assert "--speculative-num-steps 15" in " ".join(after["cmdline"]) and after["starts"] == before["starts"] + 1
+
+
+# --------------------------------------------------------------------------- 4. the canary
+
+
+def test_a_canary_that_fails_its_first_gate_serves_nothing_and_the_rollout_stops():
+    inv = inventory([], faulted=True, extra_hosts={
+        CANARY: {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1"), "sglang_health_timeout": 15}})
+    before = {name: read(name) for name in (CANARY, SECOND)}
+    rollout = run("canary", PROJECT / "remediate.yml", inv, [CANARY, SECOND],
+                  args=["-e", json.dumps({"sglang_serial": [1, "100%"]})],
+                  env_over={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
+    assert rollout.rc == 2, rollout.tail(150)
+    r = rows("canary")
+    canary, after = r[CANARY], read(CANARY)
+    assert canary["status"] == "failed" and canary["batch"] == 1 and canary["failed_task"] == NEVER_HEALTHY, canary
+    # Every column known when it failed.
+    assert (canary["release"], canary["decision"], canary["family"]) == ("0.5.9", "patch", "body_a_loop"), canary
+    assert canary["sha256_before"] and canary["sha256_after"] == canary["sha256_before"], canary
+    assert canary["draft_layer_ids"] == [-1, 2, 30] and canary["restarted"] is True, canary
+    assert canary["rolled_back"] is True and any("sglang.service removed" in x for x in canary["rollback"]), canary
+    assert any(x.startswith("user sglang") for x in canary["left"]), canary["left"]
+    # The canary serves nothing and its SGLang file is as pip installed it.
+    assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
+    assert after["files"][SOURCES[0]][0] == record_sha256(CANARY, SOURCES[0])
+    assert r[SECOND]["status"] == "not reached" and read(SECOND) == before[SECOND]
+    fixed = run("canary-fixed", PROJECT / "remediate.yml", inventory([], faulted=False), [CANARY, SECOND],
+                args=["-e", json.dumps({"sglang_serial": [1, "100%"]})],
+                env_over={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
+    assert fixed.rc == 0, fixed.tail(150)
+    assert [read(n)["starts"] - before[n]["starts"] for n in (CANARY, SECOND)] == [1, 1]
+    again = run("canary-again", PROJECT / "remediate.yml", inventory([], faulted=False), [CANARY, SECOND],
+                env_over={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
+    assert again.rc == 0 and again.changed() == 0, again.tail(150)
