@@ -105,8 +105,8 @@ def load_exceptions(path: Path = EXCEPTIONS) -> Dict[str, str]:
     """"file: task name" -> why no scenario runs it."""
     if not path.exists():
         return {}
-    data = yaml.safe_load(path.read_text()) or []
-    return {"%s: %s" % (e["file"], e["task"]): e["reason"] for e in data}
+    data = yaml.safe_load(path.read_text()) or {}
+    return {"%s: %s" % (file, task): reason for file, tasks in data.items() for task, reason in tasks.items()}
 
 
 def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str, str]) -> Dict[str, List[str]]:

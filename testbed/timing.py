@@ -203,7 +203,10 @@ def read_containers(path: Path) -> Dict[str, float]:
         return {}
     out: Dict[str, float] = {}
     for key, value in raw.items():
-        name = key.rsplit(" ", 1)[0]
+        # "<name> <12 hex of the id>"; the engine's and the machine's totals have no id.
+        name, _, cid = key.rpartition(" ")
+        if not (name and re.fullmatch(r"[0-9a-f]{12}", cid)):
+            name = key
         out[name] = out.get(name, 0.0) + float(value)
     return out
 

@@ -58,10 +58,16 @@ def test_container_usage_is_read_from_cgroup_v1_and_v2_files(tmp_path):
 
 
 def test_containers_of_one_name_add_up(tmp_path):
-    raw = {"sglang-default-bookworm 0123456789ab": 3.0, "sglang-default-bookworm ba9876543210": 4.0}
+    raw = {"sglang-default-bookworm 0123456789ab": 3.0, "sglang-default-bookworm ba9876543210": 4.0,
+           timing.ENGINE_KEY: 5.0, timing.MACHINE_KEY: 20.0}
     path = tmp_path / "containers.json"
     path.write_text(json.dumps(raw))
-    assert timing.read_containers(path) == {"sglang-default-bookworm": 7.0}
+    assert timing.read_containers(path) == {"sglang-default-bookworm": 7.0, timing.ENGINE_KEY: 5.0,
+                                            timing.MACHINE_KEY: 20.0}
+    text = timing.table([{"name": "lint", "started": 0.0, "wall": 10.0, "cpu": 8.0, "rc": 0}],
+                        timing.read_containers(path), "sglang", total_wall=10.0)
+    assert "| (the Docker engine: dockerd, containerd, shims) | | | 5 | | |" in text
+    assert "(other containers) | | | | 7 |" in text and "busy 20 CPU-seconds" in text
 
 
 def _fake_repo(root: Path) -> Path:

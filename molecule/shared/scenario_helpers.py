@@ -74,12 +74,20 @@ def read_stats(stats_file: Path) -> Dict[str, Dict[str, int]]:
         return {}
 
 
-def run_ansible(argv: Sequence[str], env: Dict[str, str], cwd: Path = PROJECT, timeout: int = 900) -> Run:
-    """Run one ansible-playbook command line to its end; never raises on rc != 0."""
+def run_ansible(argv: Sequence[str], env: Dict[str, str], cwd: Path = PROJECT, timeout: int = 1500) -> Run:
+    """Run one ansible-playbook command line to its end; never raises on rc != 0.
+
+    A run still going after ``timeout`` seconds is killed and comes back with rc -9 and
+    what it printed so far, so that the failing assertion shows where it hung.
+    """
     with tempfile.TemporaryDirectory(prefix="run-stats-") as tmp:
         stats_file = Path(tmp) / "stats.json"
-        proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=stats_env(stats_file, env), cwd=str(cwd), timeout=timeout, check=False)
+        try:
+            proc = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=stats_env(stats_file, env), cwd=str(cwd), timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else (exc.output or "")
+            return Run(-9, out + "\n[killed after %ss]" % timeout, read_stats(stats_file))
         return Run(proc.returncode, proc.stdout, read_stats(stats_file))
 
 
@@ -91,7 +99,7 @@ def inventory() -> str:
 
 
 def run_playbook(playbook: Path = CONVERGE, extra_vars: Optional[Dict[str, Any]] = None,
-                 args: Sequence[str] = (), timeout: int = 900, env: Optional[Dict[str, str]] = None) -> Run:
+                 args: Sequence[str] = (), timeout: int = 1500, env: Optional[Dict[str, str]] = None) -> Run:
     """Run a playbook against the scenario's inventory; never raises on rc != 0.
 
     Extra vars travel as a JSON file so that types survive exactly: ``["2"]`` stays

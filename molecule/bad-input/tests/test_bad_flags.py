@@ -32,8 +32,10 @@ CASES = {
                            "model_forward_maybe_tbo"]),
     "ambiguous_prefix": ({"sglang_extra_args": ["--enable-dp"]},
                          ["sglang_extra_args[0] is '--enable-dp', an abbreviation that matches"]),
-    # Without the probe the same check runs in preflight_host.yml, before the install.
-    "prefix_without_the_fast_path": ({"sglang_fast_path": False, "sglang_extra_args": ["--tp", "4"]},
+    # Without the probe (no fast path, no live reading) the same check runs in preflight_host.yml,
+    # before the install.
+    "prefix_without_the_probe": ({"sglang_fast_path": False, "sglang_live_check": False,
+                                  "sglang_extra_args": ["--tp", "4"]},
                                      ["sglang_extra_args[0] is '--tp' (an abbreviation of --tp-size)"]),
 }
 

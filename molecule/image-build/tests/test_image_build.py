@@ -26,3 +26,10 @@ def test_no_service_user_unit_or_environment(host):
     assert not host.file("/etc/sglang/sglang.env").exists
     assert not host.user("sglang").exists
     assert host.run("systemctl cat sglang").rc != 0
+
+
+def test_the_install_was_hash_checked(host):
+    """converge.yml pins the wheel's sha256: pip installed through the role's pinned requirement."""
+    req = host.file("/var/lib/sglang-remediation/requirements.txt")
+    assert req.exists and req.mode == 0o644 and req.user == "root"
+    assert req.content_string.startswith("sglang==0.5.9 --hash=sha256:"), req.content_string

@@ -13,16 +13,16 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List
 
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from scenario_helpers import PROJECT, STARTS_LOG, Run, read_stats, stats_env  # noqa: E402
+from operator_runs import Operator, server_info, sh, starts  # noqa: E402
+from scenario_helpers import PROJECT, read_stats  # noqa: E402
 
 SSH_DIR = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "ssh"
 INVENTORY = SSH_DIR / "inventory"
@@ -31,12 +31,6 @@ CUT_HOOK = PROJECT / "molecule" / "ssh" / "files" / "cut-connection.yml"
 DEEPSEEK = "/opt/sglang/venv/lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py"
 LEASE = "/var/lib/sglang-remediation/lease.json"
 ALL_AT_ONCE = {"sglang_serial": ["100%"]}
-# The cases that depend on the distribution (sshd, sudo, Python, systemd, the boot-time /tmp),
-# run on every one; the others (leases, unreachable hosts, cut connections) are Ansible's and
-# the role's own logic and run on Debian 12 only (conftest.py deselects them elsewhere).
-EVERY_DISTRO = ("test_converge_over_ssh_and_sudo", "test_rerun_over_ssh_changes_nothing",
-                "test_check_diff_over_ssh_changes_nothing", "test_a_flag_change_over_ssh_restarts_once",
-                "test_rollback_over_ssh")
 
 
 def steps(n: int) -> Dict[str, int]:
@@ -53,55 +47,28 @@ def hosts() -> List[str]:
 H1, H2, H3 = hosts() if (INVENTORY / "hosts.yml").exists() else ("h1", "h2", "h3")
 
 
-def sh(name: str, command: str, check: bool = True) -> str:
-    res = subprocess.run(["docker", "exec", name, "sh", "-c", command], capture_output=True, text=True, check=False)
-    if check and res.returncode != 0:
-        raise AssertionError("%s: %s failed: %s" % (name, command, res.stderr))
-    return res.stdout.strip()
+OPERATOR = Operator(SSH_DIR, [INVENTORY], config=PROJECT / "ansible.cfg")
 
 
-def starts(name: str) -> int:
-    return int(sh(name, "cat %s 2>/dev/null | wc -l" % STARTS_LOG) or 0)
+def run(name: str, playbook: str = "remediate.yml", extra_vars=None, args=()):
+    """One operator run over SSH with the project's ansible.cfg (report callback included)."""
+    return OPERATOR.run(name, PROJECT / "playbooks" / playbook, extra_vars or {}, args)
 
 
-def server_info(name: str) -> Dict[str, Any]:
-    return json.loads(sh(name, "python3 -c \"import urllib.request; print(urllib.request.urlopen("
-                               "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
+def command(name: str, playbook: str, extra_vars=None, args=()):
+    return OPERATOR.command(name, PROJECT / "playbooks" / playbook, extra_vars or {}, args)
 
 
 def stats_file(name: str) -> Path:
-    return SSH_DIR / ("%s.stats.json" % name)
-
-
-def command(name: str, playbook: str, extra_vars: Optional[Dict[str, Any]] = None, args: Sequence[str] = ()):
-    """argv and environment of one operator run; the report goes to its own directory,
-    the recap's counts to ``stats_file(name)``."""
-    vars_file = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
-    json.dump(extra_vars or {}, vars_file)
-    vars_file.close()
-    argv = ["ansible-playbook", "-i", str(INVENTORY), str(PROJECT / "playbooks" / playbook), "-e",
-            "@" + vars_file.name, *args]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_FORCE_COLOR="0", SGLANG_REPORT_DIR=str(SSH_DIR / "reports" / name))
-    stats_file(name).unlink(missing_ok=True)  # a run that ends before its recap leaves none
-    return argv, stats_env(stats_file(name), env)
-
-
-def run(name: str, playbook: str = "remediate.yml", extra_vars: Optional[Dict[str, Any]] = None,
-        args: Sequence[str] = ()) -> Run:
-    argv, env = command(name, playbook, extra_vars, args)
-    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          cwd=str(PROJECT), timeout=1800, check=False)
-    (SSH_DIR / ("%s.log" % name)).write_text(proc.stdout)
-    return Run(proc.returncode, proc.stdout, read_stats(stats_file(name)))
+    return OPERATOR.stats_file(name)
 
 
 def report(name: str) -> Dict[str, Any]:
-    return json.loads((SSH_DIR / "reports" / name / "latest" / "fleet.json").read_text())
+    return OPERATOR.report(name)
 
 
 def rows(name: str) -> Dict[str, Dict[str, Any]]:
-    return {r["host"]: r for r in report(name)["hosts"]}
+    return OPERATOR.rows(name)
 
 
 def plant_lease(name: str, **over: Any) -> None:
@@ -270,7 +237,7 @@ def test_a_host_lost_in_the_first_batch_stops_the_rollout_after_that_batch():
     # pre-restart hook, so the probe pass reached it and the batch loses it.
     before = [starts(h) for h in (H1, H2, H3)]
     lost = run("lost-in-batch", extra_vars=dict(ROLLING, **steps(10), sglang_pre_restart_tasks=str(CUT_HOOK),
-                                                sglang_test_cut_host=H2))
+                                                testbed_cut_host=H2))
     assert lost.rc == 4, lost.tail(80)
     r = rows("lost-in-batch")
     assert r[H2]["status"] == "unreachable" and r[H2]["batch"] == 1, r[H2]
@@ -290,7 +257,7 @@ def test_a_host_lost_in_the_first_batch_stops_the_rollout_after_that_batch():
 
 def test_a_connection_cut_before_the_restart_is_finished_by_the_rerun():
     before = starts(H1)
-    cut = run("cut", extra_vars=dict(steps(11), sglang_pre_restart_tasks=str(CUT_HOOK), sglang_test_cut_host=H1),
+    cut = run("cut", extra_vars=dict(steps(11), sglang_pre_restart_tasks=str(CUT_HOOK), testbed_cut_host=H1),
               args=["--limit", H1])
     assert cut.rc == 4 and rows("cut")[H1]["status"] == "unreachable", cut.tail(80)
     assert "--speculative-num-steps 11" in sh(H1, "cat /etc/systemd/system/sglang.service")
