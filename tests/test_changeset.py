@@ -186,6 +186,20 @@ def test_close_lists_the_changes_and_discards_a_set_that_changed_nothing(tmp_pat
     assert CS.newest_applied(str(tmp_path / "state")) == busy["dir"]
 
 
+def test_undoing_a_run_that_changed_nothing_leaves_no_set_behind(tmp_path, make_venv):
+    """A run refused after its set was opened (a locally edited file, say) leaves the host as it was."""
+    venv = make_venv("0.5.9")
+    files = layout(tmp_path)
+    kept = open_for(tmp_path, venv, files)
+    files[1].write_text("[Service]\nExecStart=/new\n")
+    CS.close_set(kept["dir"])
+    refused = open_for(tmp_path, venv, files)
+    out = CS.restore_set(refused["dir"], lambda argv: (1, "", "pip must not run"))
+    assert out["restored"] == [] and out["left"] == [] and not Path(refused["dir"]).exists()
+    # The run before it is still the one to roll back.
+    assert CS.newest_applied(str(tmp_path / "state")) == kept["dir"]
+
+
 def test_sets_are_a_stack_an_open_one_is_interrupted_by_the_next_and_old_ones_pruned(tmp_path, make_venv):
     venv = make_venv("0.5.9")
     draft, unit, env, running = files = layout(tmp_path)

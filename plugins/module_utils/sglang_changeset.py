@@ -359,8 +359,13 @@ def restore_set(set_dir: str, run_command: RunCommand, check_mode: bool = False,
             if not entry["group_existed"] and _account_exists(grp.getgrnam, entry["group"]):
                 left.append("group %s (created by this run)" % entry["group"])
     if not check_mode:
-        manifest.update(state="restored", restored_at=int(now()), restored_lines=restored, left=left)
-        _save(set_dir, manifest)
+        if manifest.get("state") == "open" and not restored and not left:
+            # A failed run that had changed nothing (refused after the set was opened): the host
+            # is as it was, and no set of it stays behind (as closing an unchanged set discards it).
+            shutil.rmtree(set_dir)
+        else:
+            manifest.update(state="restored", restored_at=int(now()), restored_lines=restored, left=left)
+            _save(set_dir, manifest)
     release = next((e["version"] for e in entries if e["kind"] == "release"), None)
     return {"id": manifest["id"], "run_id": manifest.get("run_id"), "restored": restored, "left": left,
             "service": manifest.get("service", {}), "release": release, "changed": bool(restored)}
