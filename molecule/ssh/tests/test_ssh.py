@@ -159,10 +159,20 @@ def test_a_run_that_meets_a_held_lease_fails_naming_the_holder():
 
 
 def test_rollback_over_ssh():
+    # The newest change set is the flag change's: 15 steps come back, the patch stays.
     back = run("rollback", playbook="rollback.yml", args=["--limit", H1])
     assert back.rc == 0, back.tail(80)
-    assert rows("rollback")[H1]["status"] in ("changed", "ok") and rows("rollback")[H1]["error"] == ""
+    row = rows("rollback")[H1]
+    assert row["status"] in ("changed", "ok") and row["error"] == "" and row["rolled_back"] is True, row
+    assert starts(H1) == 3 and server_info(H1)["speculative_num_steps"] == 15
+    assert sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK) == _state["patched"]
+    # The one before it is the first remediation, of a host that served nothing: it serves nothing
+    # again, its SGLang file pristine (the next remediation restarts it once).
+    first = run("rollback-first", playbook="rollback.yml", args=["--limit", H1])
+    assert first.rc == 0, first.tail(80)
+    assert rows("rollback-first")[H1]["rolled_back"] is True, rows("rollback-first")[H1]
     assert sh(H1, "grep -c 'sglang-remediation eagle3' %s || true" % DEEPSEEK) == "0"
+    assert sh(H1, "systemctl is-active sglang || true") in ("inactive", "failed")
     assert starts(H1) == 3
     assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"
 
