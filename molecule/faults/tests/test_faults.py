@@ -43,7 +43,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from operator_runs import Operator, sh  # noqa: E402
-from scenario_helpers import PROJECT, STARTS_LOG, Run  # noqa: E402
+from scenario_helpers import PROJECT, STARTS_LOG, Run, wait_until  # noqa: E402
 
 PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
 DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
@@ -296,15 +296,6 @@ def rows(name: str) -> Dict[str, Dict[str, Any]]:
     return OPERATOR.rows(name)
 
 
-def wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-
-
 # --------------------------------------------------------------------------- 1. the faulted run
 
 
@@ -438,7 +429,7 @@ def test_without_the_faults_every_host_converges_with_one_restart():
     killed = [host(c.n) for c in CASES if c.killed]
     # A killed run's server turns healthy on its own (its start counts first).
     for name in killed:
-        wait(lambda: read(name)["starts"] > _state["before"][name]["starts"], 120, "%s's server" % name)
+        wait_until(lambda: read(name)["starts"] > _state["before"][name]["starts"], 120, "%s's server" % name)
         before[name] = read(name)
     recovered = run("recovered", MATRIX, inventory(CASES, faulted=False), list(BY_HOST))
     assert recovered.rc == 0, recovered.tail(150)

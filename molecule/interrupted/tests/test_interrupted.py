@@ -19,14 +19,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import (  # noqa: E402
     CONVERGE, PROJECT, UNIT, assert_rerun_changes_nothing, deepseek_path, draft_ids, inventory, record_sha256,
-    run_playbook, server_info, sha256, starts,
+    run_playbook, server_info, sha256, starts, wait_until,
 )
 
 UPGRADE = {"sglang_version": "0.5.12.post1"}
@@ -89,15 +88,6 @@ def test_rerun_after_the_finished_upgrade_changes_nothing(host):
     assert_rerun_changes_nothing(host, UPGRADE, starts_so_far=2)
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-
-
 def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
     pid = _main_pid(host)
     log = open(tmp_path / "killed-run.log", "w")
@@ -109,7 +99,7 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
         env=dict(os.environ, ANSIBLE_NOCOLOR="1"))
     try:
         # Generous: on a loaded 2-core CI machine the run takes minutes to get there.
-        _wait(lambda: proc.poll() is not None or _main_pid(host) not in (pid, "0"), 900, "the restart")
+        wait_until(lambda: proc.poll() is not None or _main_pid(host) not in (pid, "0"), 900, "the restart", 0.3)
         assert proc.poll() is None, "the run ended before it could be killed: %s" % (tmp_path / "killed-run.log")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -117,7 +107,7 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
         log.close()
     assert "--speculative-num-steps 7" in host.file(UNIT).content_string
     # The killed run's server becomes healthy on its own; count that start first.
-    _wait(lambda: starts(host) == 3, 60, "the killed run's server to come up")
+    wait_until(lambda: starts(host) == 3, 60, "the killed run's server to come up", 0.3)
     _state["killed_pid"] = _main_pid(host)
 
 
