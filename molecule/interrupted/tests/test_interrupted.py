@@ -105,6 +105,10 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         log.close()
+    # Over SSH the module running on the host (the gate, waiting for the slow start) dies with the
+    # connection; a docker exec'd one would run on and record the start. End it as the lost
+    # connection would: a pipelined module is the interpreter alone on its command line.
+    host.run("pkill -KILL -f '^/usr/bin/python3$' || true")
     assert "--speculative-num-steps 7" in host.file(UNIT).content_string
     # The killed run's server becomes healthy on its own; count that start first.
     wait_until(lambda: starts(host) == 3, 60, "the killed run's server to come up", 0.3)
