@@ -24,6 +24,7 @@ from conftest import DIST, HUNKS, LIBRARY, MODULE_UTILS_DIR, E, run_module
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as F
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as FC
 import parser_venv
+from zygote import Zygote
 
 HARNESS_PATH = MODULE_UTILS_DIR / "sglang_forward_harness.py"
 DS = DIST.DEEPSEEK_FILE
@@ -77,8 +78,25 @@ def patched_texts(version, venv, patches, companion=True):
     return texts
 
 
-def check(venv, python, texts, route="patch", draft_ids=(-1, 2, 30)):
-    return F.forward_check(python, str(site(venv)), route, [-1, 2, 30], list(draft_ids), run_command, texts=texts)
+@pytest.fixture(scope="session")
+def torch_forked(torch_python):
+    """(python, run_command) for the direct checks of broken variants: the same harness and argv, run
+    in a child forked from one interpreter that has imported torch (tests/zygote.py). The engine's
+    and the module's own launches stay fresh processes."""
+    zygote = Zygote(torch_python, ["torch"])
+
+    def run(argv):
+        if argv[:2] == [torch_python, "-c"]:
+            return zygote.run(argv[2], argv[3:])
+        return run_command(argv)
+
+    yield torch_python, run
+    zygote.close()
+
+
+def check(venv, forked, texts, route="patch", draft_ids=(-1, 2, 30)):
+    python, run = forked
+    return F.forward_check(python, str(site(venv)), route, [-1, 2, 30], list(draft_ids), run, texts=texts)
 
 
 # ------------------------------------------------------------ without torch
@@ -101,7 +119,7 @@ def test_runner_events_follow_model_runner_order(make_venv):
 
 def test_without_torch_it_says_not_executed(make_venv):
     """This interpreter (.venv) has no torch, like the test bed's SGLang venv."""
-    res = check(make_venv("0.5.9"), sys.executable, {})
+    res = check(make_venv("0.5.9"), (sys.executable, run_command), {})
     assert res["executed"] is False and res["ok"] is None
     assert F.forward_summary(res) == "forward: not executed (no torch)"
 
@@ -149,10 +167,10 @@ def test_check_mode_executes_the_would_be_texts(make_venv, patches, torch_python
 
 
 @needs_torch
-def test_unpatched_release_does_not_capture_the_embedding(make_venv, torch_python):
+def test_unpatched_release_does_not_capture_the_embedding(make_venv, torch_forked):
     """The incident: 0.5.9 as installed feeds the draft other states (index 0 crashes on L)."""
     venv = make_venv("0.5.9")
-    res = check(venv, torch_python, {})
+    res = check(venv, torch_forked, {})
     assert res["executed"] and not res["ok"]
     assert any("TypeError" in e for e in res["errors"]), res["errors"]
 
@@ -171,31 +189,31 @@ APPEND_BLOCK = ("        if self.capture_embedding_for_eagle3 and self.pp_group.
 
 @needs_torch
 @pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9", "0.5.13"])
-def test_broken_patches_fail(version, make_venv, patches, torch_python):
+def test_broken_patches_fail(version, make_venv, patches, torch_forked):
     venv = make_venv(version)
     good = patched_texts(version, venv, patches)
-    assert check(venv, torch_python, good)["ok"]
+    assert check(venv, torch_forked, good)["ok"]
 
-    no_clone = check(venv, torch_python, _mutate(good, DS, CLONE, "aux_hidden_states.append(hidden_states)"))
+    no_clone = check(venv, torch_forked, _mutate(good, DS, CLONE, "aux_hidden_states.append(hidden_states)"))
     assert not no_clone["ok"] and "embedding" not in no_clone["captured"]["eager"]
 
     moved = _mutate(good, DS, APPEND_BLOCK, "")
     moved = _mutate(moved, DS, "        if normal_end_layer != self.end_layer:\n",
                     APPEND_BLOCK + "        if normal_end_layer != self.end_layer:\n")
-    after_loop = check(venv, torch_python, moved)
+    after_loop = check(venv, torch_forked, moved)
     assert not after_loop["ok"] and after_loop["captured"]["eager"][:2] == TRAINED[1:]
 
-    no_init = check(venv, torch_python, _mutate(good, DS, "        self.capture_embedding_for_eagle3 = False\n", ""))
+    no_init = check(venv, torch_forked, _mutate(good, DS, "        self.capture_embedding_for_eagle3 = False\n", ""))
     assert not no_init["ok"]
     assert any(e.startswith("plain:") and "capture_embedding_for_eagle3" in e for e in no_init["errors"])
 
 
 @needs_torch
 @pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9"])
-def test_missing_cuda_graph_companion_fails(version, make_venv, patches, torch_python):
+def test_missing_cuda_graph_companion_fails(version, make_venv, patches, torch_forked):
     """Without the companion the graphs are captured after the no-argument calls."""
     venv = make_venv(version)
-    res = check(venv, torch_python, patched_texts(version, venv, patches, companion=False))
+    res = check(venv, torch_forked, patched_texts(version, venv, patches, companion=False))
     assert not res["ok"]
     assert res["captured"]["graph"] == ["output of layer 1", "output of layer 29", "output of layer 57"]
     assert res["captured"]["eager"] == TRAINED
@@ -204,15 +222,15 @@ def test_missing_cuda_graph_companion_fails(version, make_venv, patches, torch_p
 
 @needs_torch
 @pytest.mark.parametrize("version", ["0.5.14", "0.5.17", "0.5.23"])
-def test_native_ids_off_by_one_fail(version, make_venv, torch_python):
+def test_native_ids_off_by_one_fail(version, make_venv, torch_forked):
     venv = make_venv(version)
-    assert check(venv, torch_python, {}, "native", [0, 3, 31])["ok"]
-    low = check(venv, torch_python, {}, "native", [0, 2, 30])
+    assert check(venv, torch_forked, {}, "native", [0, 3, 31])["ok"]
+    low = check(venv, torch_forked, {}, "native", [0, 2, 30])
     assert not low["ok"] and low["captured"]["eager"] == ["embedding", "output of layer 1", "output of layer 29"]
-    high = check(venv, torch_python, {}, "native", [1, 4, 32])
+    high = check(venv, torch_forked, {}, "native", [1, 4, 32])
     assert not high["ok"] and "embedding" not in high["captured"].get("eager", [])
     # The body-A ids on a native release: -1 is never reached (the packer counts it on 0.5.17+).
-    assert not check(venv, torch_python, {}, "native", [-1, 2, 30])["ok"]
+    assert not check(venv, torch_forked, {}, "native", [-1, 2, 30])["ok"]
 
 
 @needs_torch

@@ -10,6 +10,11 @@ with only the packages prepare_server_args needs. What is proven here:
   caught by the comparison (the static check is bypassed to show it);
 * the flag table sglang_flagtable reads with ast equals SGLang's argparse.
 
+The role's defaults are parsed by a fresh interpreter per release, as on a host; the other
+cases run the same script in a child forked from one per release that has imported
+``sglang.srt.server_args`` already (tests/zygote.py), which saves that import's 7 CPU
+seconds a case.
+
 Set SGLANG_PARSER_TESTS=0 to skip (the first build takes a few minutes).
 """
 
@@ -25,6 +30,7 @@ import pytest
 
 import parser_venv
 from conftest import MODULE_UTILS_DIR, REPO, ROLE
+from zygote import Zygote
 
 SCRIPT = ROLE / "files" / "parse_server_args.py"
 RELEASES = ["0.5.9", "0.5.12.post1", "0.5.14", "0.5.23"]
@@ -70,6 +76,23 @@ def release(python311):
 
 
 @pytest.fixture(scope="session")
+def forked(release):
+    """version -> a Zygote of that release's python with SGLang's ServerArgs imported."""
+    zygotes = {}
+
+    def get(version):
+        if version not in zygotes:
+            python, env = release(version)
+            # What a parse imports: ServerArgs, and the model config its checks load.
+            zygotes[version] = Zygote(python, ["sglang.srt.server_args", "sglang.srt.configs.model_config"], env)
+        return zygotes[version]
+
+    yield get
+    for zygote in zygotes.values():
+        zygote.close()
+
+
+@pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """The DeepSeek-V3 target config and an EAGLE-3 draft config (no weights)."""
     root = tmp_path_factory.mktemp("models")
@@ -87,18 +110,28 @@ def render(models, **overrides):
     return RULES.render_server_args(**kwargs)
 
 
-def parse(release, version, argv, extra=0):
-    python, env = release(version)
+def parse(run, argv, extra=0):
+    """parse_server_args.py's exit status and verdict; ``run`` is a release's fresh process or its zygote."""
     request = {"argv": argv, "extra": extra, "variables": VARIABLES}
-    proc = subprocess.run([python, "-c", SCRIPT.read_text(), json.dumps(request)],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+    rc, out, err = run(SCRIPT.read_text(), [json.dumps(request)])
+    assert out.strip(), err[-3000:]
+    return rc, json.loads(out.strip().splitlines()[-1])
+
+
+def fresh(release, version):
+    """``python -c code args`` in a new interpreter of that release, as the role runs it on a host."""
+    python, env = release(version)
+
+    def run(code, args):
+        proc = subprocess.run([python, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run
 
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_role_defaults_pass_with_sglangs_warnings(release, models, version):
-    rc, out = parse(release, version, render(models))
+    rc, out = parse(fresh(release, version), render(models))
     assert (rc, out["status"]) == (0, "ok"), out
     assert out["differences"] == [] and out["device"] == ["cpu"]
     # Every managed flag the role rendered was compared with what SGLang resolved.
@@ -107,12 +140,12 @@ def test_role_defaults_pass_with_sglangs_warnings(release, models, version):
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_the_parse_alone_refuses_the_incident(release, models, monkeypatch, version):
+def test_the_parse_alone_refuses_the_incident(forked, models, monkeypatch, version):
     """The 15/1/16 rule taken out: nothing static stops 1/1/16, SGLang's resolution does."""
     monkeypatch.setattr(RULES, "validate_speculative", lambda *a, **k: [])
     argv = render(models, num_steps=1, eagle_topk=1, num_draft_tokens=16)
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"
-    rc, out = parse(release, version, argv)
+    rc, out = parse(forked(version).run, argv)
     assert (rc, out["status"]) == (4, "refused"), out
     assert out["differences"] == [{"variable": "sglang_speculative_num_draft_tokens",
                                    "flag": "--speculative-num-draft-tokens",
@@ -123,9 +156,9 @@ def test_the_parse_alone_refuses_the_incident(release, models, monkeypatch, vers
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
-def test_an_override_in_extra_args_is_caught_by_the_comparison(release, models, version):
+def test_an_override_in_extra_args_is_caught_by_the_comparison(forked, models, version):
     extra = ["--tensor-parallel-size", "4", "--speculative-num-st", "2"]
-    rc, out = parse(release, version, render(models) + extra, extra=len(extra))
+    rc, out = parse(forked(version).run, render(models) + extra, extra=len(extra))
     assert rc == 4, out
     by_var = {d["variable"]: (d["rendered"], d["resolved"]) for d in out["differences"]}
     assert by_var == {"sglang_tp_size": (8, 4), "sglang_speculative_num_steps": (15, 2),
@@ -133,8 +166,8 @@ def test_an_override_in_extra_args_is_caught_by_the_comparison(release, models, 
 
 
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
-def test_sglangs_parser_refusing_an_unknown_flag(release, models, version):
-    rc, out = parse(release, version, render(models) + ["--no-such-flag"], extra=1)
+def test_sglangs_parser_refusing_an_unknown_flag(forked, models, version):
+    rc, out = parse(forked(version).run, render(models) + ["--no-such-flag"], extra=1)
     assert (rc, out["status"]) == (4, "refused") and "unrecognized arguments: --no-such-flag" in out["msg"]
 
 
@@ -148,10 +181,9 @@ print(json.dumps({o: a.dest for o, a in p._option_string_actions.items()}))
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_the_static_table_is_sglangs_own(release, version):
-    python, env = release(version)
-    proc = subprocess.run([python, "-c", TABLE], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    real = json.loads(proc.stdout.strip().splitlines()[-1])
-    static = FLAG_TABLE.read_flag_table(env["PYTHONPATH"])["options"]
+def test_the_static_table_is_sglangs_own(release, forked, version):
+    rc, out, err = forked(version).run(TABLE)
+    assert rc == 0, err[-3000:]
+    real = json.loads(out.strip().splitlines()[-1])
+    static = FLAG_TABLE.read_flag_table(release(version)[1]["PYTHONPATH"])["options"]
     assert {o: e["dest"] for o, e in static.items()} == real
