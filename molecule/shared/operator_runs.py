@@ -32,6 +32,11 @@ def starts(name: str) -> int:
     return int(sh(name, "cat %s 2>/dev/null | wc -l" % STARTS_LOG) or 0)
 
 
+def main_pid(name: str) -> int:
+    """The server's MainPID (0: not running): a cheap read for the loops that wait on a restart."""
+    return int(sh(name, "systemctl show -p MainPID --value sglang") or 0)
+
+
 def server_info(name: str) -> Dict[str, Any]:
     return json.loads(sh(name, "python3 -c \"import urllib.request; print(urllib.request.urlopen("
                                "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))

@@ -42,7 +42,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-from operator_runs import Operator, sh  # noqa: E402
+from operator_runs import Operator, main_pid, sh, starts  # noqa: E402
 from scenario_helpers import PROJECT, STARTS_LOG, Run, wait_until  # noqa: E402
 
 PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
@@ -326,7 +326,7 @@ def test_every_host_faulted_at_its_step_in_one_run():
         while pending and time.monotonic() < deadline:
             for name, proc in list(pending.items()):
                 assert proc.poll() is None, "the run of %s ended before it could be killed" % name
-                if read(name)["pid"] not in (before[name]["pid"], 0):
+                if main_pid(name) not in (before[name]["pid"], 0):
                     os.killpg(proc.pid, signal.SIGKILL)
                     del pending[name]
             time.sleep(0.5)
@@ -429,7 +429,7 @@ def test_without_the_faults_every_host_converges_with_one_restart():
     killed = [host(c.n) for c in CASES if c.killed]
     # A killed run's server turns healthy on its own (its start counts first).
     for name in killed:
-        wait_until(lambda: read(name)["starts"] > _state["before"][name]["starts"], 120, "%s's server" % name)
+        wait_until(lambda: starts(name) > _state["before"][name]["starts"], 120, "%s's server" % name)
         before[name] = read(name)
     recovered = run("recovered", MATRIX, inventory(CASES, faulted=False), list(BY_HOST))
     assert recovered.rc == 0, recovered.tail(150)
