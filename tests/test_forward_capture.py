@@ -7,7 +7,10 @@ comes from the parser venv (testbed/parser_venv, built once and cached), run as 
 subprocess: exactly how the role runs it on a host, with the SGLang venv's python.
 Set SGLANG_PARSER_TESTS=0 to skip the tests that need it.
 
-The broken variants are built by mutating the real release source, one fault each.
+The broken variants are built by mutating the real release source, one fault each. They
+run the same harness with the same argv in a child forked from one interpreter that has
+imported torch (``torch_forked``, tests/zygote.py); the engine's check of every family and
+the module's own launches start fresh processes.
 """
 
 from __future__ import annotations
