@@ -113,11 +113,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(port: int, path: str, body: Optional[Dict[str, Any]] = None) -> Tuple[int, Any]:
+def http(port: int, path: str, body: Optional[Dict[str, Any]] = None,
+         headers: Optional[Dict[str, str]] = None) -> Tuple[int, Any]:
     """GET or POST to the double on loopback; returns (status, parsed body)."""
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
-                                 headers={"Content-Type": "application/json"})
+                                 headers=dict({"Content-Type": "application/json"}, **(headers or {})))
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             raw = resp.read()

@@ -215,6 +215,45 @@ def test_environment_values_are_never_shown():
         assert "secret_hf" not in text and "hf_secret" not in text, text
 
 
+KEY = "a-real-looking-secret-9f8e7d"
+
+
+@pytest.mark.parametrize("var", ["sglang_api_key", "sglang_admin_api_key"])
+def test_api_keys_accepted(var):
+    assert errors(**{var: KEY}) == [] and errors(**{var: ""}) == []
+    assert errors(**{var: "!#$%&'()*+,-./:;<=>?@[]^_`{|}~\"\\x"}) == []
+
+
+@pytest.mark.parametrize("var", ["sglang_api_key", "sglang_admin_api_key"])
+@pytest.mark.parametrize("value, needle", [
+    ("short-1", "7 characters long"), ("x" * 513, "513 characters long"),
+    ("with space-123", "a space or a character outside printable ASCII"),
+    ("caf\u00e9-secret-key", "outside printable ASCII"), (12345678, "is a int"), (["a-secret-key-1"], "is a list"),
+    ("new\nline-secret-key", "control character \\n"),
+])
+def test_api_keys_refused_without_showing_them(var, value, needle):
+    text = refused(var, value, needle, "value not shown")
+    for piece in ("short-1", "xxxxxxxx", "with space", "secret-key", "12345678", "line-secret"):
+        assert piece not in text, text
+
+
+@pytest.mark.parametrize("extra, option, var", [
+    (["--api-key", KEY], "--api-key", "sglang_api_key"),
+    (["--log-level", "info", "--api-key=" + KEY], "--api-key", "sglang_api_key"),
+    (["--api-k", KEY], "--api-key", "sglang_api_key"),
+    (["--admin-api-key", KEY], "--admin-api-key", "sglang_admin_api_key"),
+    (["--admin-api-k=" + KEY], "--admin-api-key", "sglang_admin_api_key"),
+])
+def test_key_flags_in_extra_args_are_refused_naming_the_variable(extra, option, var):
+    text = refused("sglang_extra_args", extra, option, var, "value not shown", "--config")
+    assert KEY not in text, text
+
+
+def test_flags_that_only_look_like_key_flags_pass():
+    """Too short to name a key flag by itself: the release's own table judges these on the host."""
+    assert errors(sglang_extra_args=["--attention-backend", "fa3", "--ad", "--ap"]) == []
+
+
 @pytest.mark.parametrize("char", ["\n", "\r", "\x00", "\t", "\x1b", "\x7f"])
 @pytest.mark.parametrize("var,wrap", [
     ("sglang_home", lambda c: "/var/lib/sg" + c + "x"),

@@ -202,10 +202,12 @@ def test_restarts_persist_and_last_success_survives_a_failed_run(tmp_path):
 def test_drift_lines_map_to_failure_classes():
     drift = ["sglang 0.5.8 installed, 0.5.9 wanted", "SGLang source not remediated", "draft config layer ids",
              "unit file", "running server differs from the files", "live: accept length 1.6 (probe, 2 requests)"
-             " below sglang_accept_length_min 2.5", "live: the server runs speculative_num_steps 3 (rendered 15)"]
+             " below sglang_accept_length_min 2.5", "live: the server runs speculative_num_steps 3 (rendered 15)",
+             "live: the server refused the key (401)"]
     assert METRICS.classify(drift, "gate failed") == [
         "release", "source", "draft_config", "service_files", "running_server", "live_settings",
-        "live_accept_length", "error"]
+        "live_accept_length", "live_auth", "error"]
+    assert METRICS.classify(["api_keys file (sglang_api_key, sglang_admin_api_key)"]) == ["service_files"]
 
 
 def test_metrics_module_writes_nothing_in_check_mode_and_writes_otherwise(tmp_path):
@@ -320,6 +322,95 @@ def test_probe_finds_a_server_started_with_other_flags(host, tmp_path, run_doubl
     text = (tmp_path / "textfile" / "sglang_remediation.prom").read_text()
     assert 'sglang_remediation_failure{class="live_settings"} 1' in text
     assert 'speculative_num_steps="3"' in text
+
+
+# ------------------------------------------------------------------------------ API keys
+
+KEY = "the-role-key-0123456789"
+
+
+def _keyed_double(tmp_path: Path, run_double, real_059, **env):
+    """The remediated double with the role's key file on its command line (--config), as the unit runs it."""
+    config = tmp_path / "sglang.keys.yaml"
+    config.write_text("# managed\napi-key: %s\nadmin-api-key: %s\n" % (json.dumps(KEY), json.dumps(KEY + "-admin")))
+    double = remediated_double(tmp_path, run_double, real_059, 15, 16, ["--enable-metrics", "--config", str(config)],
+                               **env)
+    double.wait_healthy()
+    return double, config
+
+
+def test_authorized_sends_the_key_only_where_sglang_asks_for_it():
+    sent: List[Tuple[str, Any]] = []
+
+    def record(url, timeout, body=None, headers=None):
+        sent.append((url, headers))
+        return 200, {}, ""
+
+    request = LIVE.authorized(record, KEY)
+    for path in ("/health_generate", "/metrics", "/ready", "/server_info", "/get_server_info", "/generate"):
+        request("http://127.0.0.1:30000" + path, 5)
+    assert [h for _u, h in sent] == [None] * 3 + [{"Authorization": "Bearer " + KEY}] * 3
+    assert LIVE.authorized(record, "") is record
+
+
+def test_the_key_file_is_read_as_the_role_writes_it(tmp_path):
+    path = tmp_path / "k.yaml"
+    assert LIVE.read_key_file(str(path)) == ""
+    path.write_text('# #\n# Ansible managed\n#\napi-key: "a\\"b\\\\c"\nadmin-api-key: "x"\n')
+    assert LIVE.read_key_file(str(path)) == 'a"b\\c'
+    path.write_text('admin-api-key: "x"\n')
+    assert LIVE.read_key_file(str(path)) == ""
+    path.write_text("api-key: 12\n")
+    with pytest.raises(ValueError):
+        LIVE.read_key_file(str(path))
+
+
+def test_secrets_are_redacted_from_server_info():
+    info = {"api_key": KEY, "admin_api_key": None, "ssl_keyfile_password": "p", "port": 1,
+            "internal_states": [{"api_key": KEY, "avg_spec_accept_length": 3.0}]}
+    out = LIVE.redacted(info)
+    assert KEY not in json.dumps(out) and '"p"' not in json.dumps(out)
+    assert out["admin_api_key"] is None and out["port"] == 1 and out["internal_states"][0]["avg_spec_accept_length"] == 3.0
+
+
+@pytest.mark.parametrize("key, reason", [("wrong-key-0123456789", "live: the server refused the key (401)"),
+                                         ("", "live: the server asks for an API key (401) and sglang_api_key is empty")])
+def test_probe_of_a_keyed_server_reads_with_the_key_and_reports_a_refused_one(host, tmp_path, run_double, real_059,
+                                                                             key, reason):
+    h = host("0.5.9")
+    (tmp_path / "srv").mkdir()
+    double, _config = _keyed_double(tmp_path / "srv", run_double, real_059)
+    res = h.probe(**_probe_args(h, double, tmp_path, api_key=KEY))
+    assert res["live"]["reasons"] == [] and res["live"]["accept_length_source"] == "probe", res["live"]
+    assert KEY not in json.dumps(res)
+    res = h.probe(**_probe_args(h, double, tmp_path, api_key=key))
+    # Not a health failure: the files decide the restart, the reading says why it cannot read.
+    assert res["compliant"] is True and res["restart_needed"] is False
+    assert res["live"]["reasons"] == [reason] and res["live"]["classes"] == ["live_auth"], res["live"]
+    text = (tmp_path / "textfile" / "sglang_remediation.prom").read_text()
+    assert 'sglang_remediation_failure{class="live_auth"} 1' in text
+    assert 'sglang_remediation_failure{class="live_unavailable"} 0' in text
+
+
+def test_gate_reads_the_key_of_the_file_the_server_was_started_on(tmp_path, run_double, real_059):
+    double, config = _keyed_double(tmp_path, run_double, real_059)
+    args = dict(url="http://127.0.0.1:%d" % double.port, wait=10, delay=0.2, prompts=PROMPTS, max_new_tokens=32,
+                expected=dict(EXPECTED, version="0.5.9"), accept_length_min=2.5, api_key_file=str(config),
+                record=dict(components={"api_keys": str(config)}, state_file=str(tmp_path / "running.json")))
+    rc, res = run_module(GATE, tmp_path, args)
+    assert rc == 0 and res["failures"] == [] and res["recorded"] is True, res
+    assert res["info"]["api_key"] == res["info_after"]["admin_api_key"] == "<redacted>"
+    assert KEY not in json.dumps(res) and KEY not in (tmp_path / "running.json").read_text()
+    # Without the file, and with another key in it: healthy, refused, recorded (no restart loop follows).
+    (tmp_path / "running.json").unlink()
+    for content in (None, 'api-key: "another-key-0123456789"\n'):
+        other = tmp_path / "other.yaml"
+        if content:
+            other.write_text(content)
+        rc, res = run_module(GATE, tmp_path, dict(args, api_key_file=str(other)))
+        assert rc != 0 and res["auth_refused"] is True and res["ready"] is True, res
+        assert "live: the server " in res["msg"] and "(401)" in res["msg"], res["msg"]
+        assert (tmp_path / "running.json").exists()
 
 
 def test_probe_without_live_or_textfile_is_unchanged(host):

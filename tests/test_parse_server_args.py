@@ -26,7 +26,9 @@ import os
 import shutil
 import subprocess
 
+import jinja2
 import pytest
+from ansible.plugins.filter.core import FilterModule as CoreFilters
 
 import parser_venv
 from conftest import MODULE_UTILS_DIR, REPO, ROLE
@@ -187,3 +189,47 @@ def test_the_static_table_is_sglangs_own(release, forked, version):
     real = json.loads(out.strip().splitlines()[-1])
     static = FLAG_TABLE.read_flag_table(release(version)[1]["PYTHONPATH"])["options"]
     assert {o: e["dest"] for o, e in static.items()} == real
+
+
+# What the server would hold: SGLang's own prepare_server_args on argv, as launch_server runs it.
+KEYS_SCRIPT = r"""
+import json, sys
+from sglang.srt.server_args import prepare_server_args
+argv = json.loads(sys.argv[1])
+args = prepare_server_args(argv)
+if hasattr(args, "resolve_once"):  # 0.5.23: the values that run appear after it
+    args.resolve_once()
+print(json.dumps({name: getattr(args, name, "absent") for name in
+                  ("api_key", "admin_api_key", "speculative_num_steps", "port")}))
+"""
+
+
+def _keys_file(tmp_path, api_key, admin_api_key, extra=""):
+    """templates/sglang.keys.yaml.j2 rendered as Ansible renders it (to_json, comment)."""
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True)
+    env.filters.update(CoreFilters().filters())
+    text = env.from_string((ROLE / "templates" / "sglang.keys.yaml.j2").read_text()).render(
+        ansible_managed="Ansible managed", sglang_service_name="sglang", sglang_group="sglang",
+        sglang_api_key=api_key, sglang_admin_api_key=admin_api_key)
+    path = tmp_path / "sglang.keys.yaml"
+    path.write_text(text + extra)
+    return path
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_keys_reach_sglang_through_the_roles_config_file(forked, models, tmp_path, version):
+    """One release per family: --config FILE (the role's file, rendered by its template) gives SGLang both keys,
+    quotes and backslashes intact; a flag on the command line wins over the same option in the file."""
+    api, admin = 'k-"quoted"\\back\\slash-0123', "admin-key-0123456789"
+    config = _keys_file(tmp_path, api, admin, extra="speculative-num-steps: 2\nport: 1234\n")
+    argv = render(models) + ["--device", "cpu", "--config", str(config)]
+    rc, out, err = forked(version).run(KEYS_SCRIPT, [json.dumps(argv)])
+    assert rc == 0, err[-3000:]
+    held = json.loads(out.strip().splitlines()[-1])
+    assert held == {"api_key": api, "admin_api_key": admin, "speculative_num_steps": 15, "port": 30000}, held
+    # Only the API key: the admin key stays unset.
+    config = _keys_file(tmp_path, api, "")
+    rc, out, err = forked(version).run(KEYS_SCRIPT, [json.dumps(render(models) + ["--device", "cpu", "--config",
+                                                                                    str(config)])])
+    assert rc == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["admin_api_key"] is None

@@ -238,6 +238,8 @@ PLAYBOOK = """
     sglang_draft_model_path: {draft_dir}
     sglang_server_command: /opt/sglang/venv/bin/python -m sglang.launch_server
     sglang_state_dir: {state_dir}
+    sglang_api_key: ""
+    sglang_admin_api_key: ""
     _sglang_unit_path: {unit}
     _sglang_env_path: {env}
   tasks:
@@ -344,7 +346,7 @@ def test_bad_extra_args_fail_the_probe_before_anything_is_touched(host, version)
                                                            "--enable-two-batch-overlap", "--no-such-flag"],
                                                flags_memo_file=str(memo), memo_write=True))
     assert rc != 0 and res["failed"], res
-    assert res["msg"].startswith("sglang_extra_args cannot be run by SGLang %s as rendered: " % version)
+    assert res["msg"].startswith("SGLang %s cannot run what the role would render: " % version)
     errors = res["server_flags"]["errors"]
     assert [e.split(" is ", 1)[0] for e in errors] == ["sglang_extra_args[2]", "sglang_extra_args[4]",
                                                        "sglang_extra_args[5]"]

@@ -156,6 +156,47 @@ def test_model_impl_config_and_overrides_are_refused(tables, version):
     assert "is not JSON" in S.extra_args_errors(["--json-model-override-args", "{x"], table)[0]
 
 
+SECRET = "s3cret-key-value-not-to-show"
+
+
+@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("extra, option, var", [
+    (["--api-key", SECRET], "--api-key", "sglang_api_key"),
+    (["--api-key=" + SECRET], "--api-key", "sglang_api_key"),
+    (["--api-k", SECRET], "--api-key", "sglang_api_key"),
+    (["--api=" + SECRET], "--api-key", "sglang_api_key"),
+    (["--admin-api-key", SECRET], "--admin-api-key", "sglang_admin_api_key"),
+    (["--admin-api-key=" + SECRET], "--admin-api-key", "sglang_admin_api_key"),
+    (["--admin-api", "-" + SECRET], "--admin-api-key", "sglang_admin_api_key"),
+])
+def test_key_flags_are_refused_naming_the_variable_without_the_value(tables, version, extra, option, var):
+    """Exact, abbreviated and = forms, also where a release lacks the flag (--admin-api-key before 0.5.8)."""
+    errors = S.extra_args_errors(["--log-level", "info"] + extra, tables[version], version)
+    assert len(errors) == 1, errors
+    assert option in errors[0] and var in errors[0] and "value not shown" in errors[0]
+    assert SECRET not in " ".join(errors)
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_release_takes_the_keys_through_config(tables, version):
+    """--config and --api-key in every release; --admin-api-key from 0.5.8 (read from the wheels)."""
+    table = tables[version]
+    assert S.key_route_errors(table, version, ["sglang_api_key"]) == []
+    admin = S.key_route_errors(table, version, ["sglang_api_key", "sglang_admin_api_key"])
+    if version in ("0.5.4.post2", "0.5.7"):
+        assert len(admin) == 1 and "sglang_admin_api_key is set, but SGLang %s has no --admin-api-key" % version in admin[0]
+    else:
+        assert admin == []
+    assert S.key_route_errors(table, version, []) == []
+
+
+def test_a_release_without_config_is_refused_naming_it(tables):
+    table = dict(tables["0.5.9"])
+    table["options"] = {k: v for k, v in table["options"].items() if v["dest"] != "config"}
+    errors = S.key_route_errors(table, "0.5.99", ["sglang_api_key"])
+    assert len(errors) == 1 and "SGLang 0.5.99 has no --config" in errors[0] and "sglang_api_key" in errors[0]
+
+
 def test_return_aux_hidden_states_flags_exist_only_in_0_5_23(tables):
     for version in RELEASES:
         errors = S.extra_args_errors(["--enable-return-aux-hidden-states"], tables[version], version)

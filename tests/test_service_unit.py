@@ -127,7 +127,7 @@ def _render(**overrides) -> str:
     values = {"ansible_managed": "managed", "sglang_speculative_algorithm": "EAGLE3", "sglang_user": "sglang",
               "sglang_group": "sglang", "sglang_home": "/var/lib/sglang", "_sglang_env_path": "/etc/sglang/sglang.env",
               "sglang_server_command": "/opt/sglang/venv/bin/python -m sglang.launch_server",
-              "_sglang_args": ["--model-path", "/models/DeepSeek-V3"], "sglang_start_timeout": 1800,
+              "_sglang_launch_args": ["--model-path", "/models/DeepSeek-V3"], "sglang_start_timeout": 1800,
               "sglang_model_path": "/models/DeepSeek-V3", "sglang_draft_model_path": "/models/DeepSeek-V3-EAGLE3",
               "sglang_environment": {}, "sglang_service_hardening": "default", "sglang_service_extra_directives": {}}
     values.update(overrides)

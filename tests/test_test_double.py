@@ -14,6 +14,7 @@ All traffic goes to 127.0.0.1 only.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -193,6 +194,62 @@ def test_server_info_reports_version_args_and_the_silent_rewrite(tmp_path: Path,
     assert status == 200 and out["meta_info"]["completion_tokens"] == 32
     assert out["meta_info"]["spec_verify_ct"] > 0
     assert "avg_spec_accept_length" in http(double.port, "/get_server_info")[1]["internal_states"][0]
+
+
+KEY, ADMIN = "k3y-Of-the-test \\\"quoted\\\"", "adm1n-key-of-the-test"
+
+
+def _bearer(key: str) -> Dict[str, str]:
+    return {"Authorization": "Bearer " + key}
+
+
+@pytest.mark.parametrize("route", ["command line", "config file"])
+def test_a_key_closes_every_route_but_health_and_metrics(tmp_path: Path, run_double: Any, route: str) -> None:
+    """As SGLang 0.5.8+'s decide_request_auth for NORMAL routes; the key by flag or by --config alike."""
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    flags = spec_flags(target, draft, 15, 1, 16) + ["--enable-metrics"]
+    if route == "command line":
+        flags += ["--api-key", KEY, "--admin-api-key", ADMIN]
+    else:
+        config = tmp_path / "keys.yaml"
+        config.write_text("# the role's format\napi-key: %s\nadmin-api-key: %s\n" % (json.dumps(KEY), json.dumps(ADMIN)))
+        flags += ["--config", str(config)]
+    double = run_double(flags, site)
+    double.wait_healthy()
+    for path in ("/health", "/health_generate", "/metrics"):
+        assert http(double.port, path)[0] == 200, path
+    generate = {"text": "x", "sampling_params": {"max_new_tokens": 4}}
+    for headers in (None, _bearer("wrong"), _bearer(ADMIN), {"Authorization": KEY}):
+        assert http(double.port, "/server_info", headers=headers)[0] == 401, headers
+        assert http(double.port, "/generate", generate, headers=headers)[0] == 401, headers
+    status, info = http(double.port, "/server_info", headers=_bearer(KEY))
+    assert status == 200 and info["api_key"] == KEY and info["admin_api_key"] == ADMIN
+    assert "config" not in info
+    assert http(double.port, "/generate", generate, headers={"Authorization": "bearer " + KEY})[0] == 200
+    assert KEY not in double.output() and ADMIN not in double.output()
+
+
+def test_a_flag_on_the_command_line_wins_over_the_config_file(tmp_path: Path, run_double: Any) -> None:
+    """ConfigArgumentMerger puts the file's options before the command line's (SGLang 0.5.4.post2 to 0.5.23)."""
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    config = tmp_path / "keys.yaml"
+    config.write_text('api-key: "from-the-file-1"\nspeculative-num-steps: 3\n')
+    double = run_double(spec_flags(target, draft, 15, 1, 16) + ["--config", str(config)], site)
+    double.wait_healthy()
+    status, info = http(double.port, "/server_info", headers=_bearer("from-the-file-1"))
+    assert status == 200 and info["speculative_num_steps"] == 15
+
+
+def test_the_environment_override_is_a_key_the_role_does_not_manage(tmp_path: Path, run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    double = run_double(spec_flags(target, draft, 15, 1, 16) + ["--api-key", KEY], site,
+                        SGLANG_TEST_DOUBLE_API_KEY="held-by-hand-key")
+    double.wait_healthy()
+    assert http(double.port, "/server_info", headers=_bearer(KEY))[0] == 401
+    assert http(double.port, "/server_info", headers=_bearer("held-by-hand-key"))[0] == 200
 
 
 def test_exit_at_start_exits_1_before_it_listens(tmp_path: Path) -> None:

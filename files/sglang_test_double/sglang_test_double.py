@@ -51,12 +51,23 @@ surface stays SGLang's:
   SGLANG_TEST_DOUBLE_EXIT_AT_START   "1": exit 1 at once, as a server whose
                                      launch fails (systemd then restarts it
                                      in a loop and it never answers)
+  SGLANG_TEST_DOUBLE_API_KEY         the API key it holds instead of its flags'
+                                     and --config file's, as a server given
+                                     another key by something the role does
+                                     not manage (a drop-in, a hand edit)
   SGLANG_TEST_DOUBLE_RUN_SETTINGS    "name=value,...": the resolved settings it
                                      runs and reports instead of its flags'
                                      (speculative_num_steps,
                                      speculative_eagle_topk,
                                      speculative_num_draft_tokens), as SGLang
                                      rewriting them silently would
+
+API keys as SGLang 0.5.8+ (srt/utils/auth.py, decide_request_auth): --api-key and
+--admin-api-key, on the command line or in the YAML file of --config, merged into argv
+before the flags as SGLang's ConfigArgumentMerger does (so a flag on the command line
+wins). With a key, every route but /health* and /metrics answers 401 without
+"Authorization: Bearer <api key>"; the admin key opens no route the role reads (they are
+all NORMAL). /server_info holds the server args, keys included, as SGLang's does.
 
 With --enable-metrics, /metrics serves SGLang's own metric names
 (sglang:spec_accept_length: the last decode interval, here the last request;
@@ -69,6 +80,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hmac
 import glob
 import json
 import logging
@@ -99,6 +111,9 @@ ENV_DEGRADED_ACCEPT = "SGLANG_TEST_DOUBLE_DEGRADED_ACCEPT_LENGTH"
 ENV_FORWARD_HARNESS = "SGLANG_TEST_DOUBLE_FORWARD_HARNESS"
 ENV_EXIT_AT_START = "SGLANG_TEST_DOUBLE_EXIT_AT_START"
 ENV_RUN_SETTINGS = "SGLANG_TEST_DOUBLE_RUN_SETTINGS"
+ENV_API_KEY = "SGLANG_TEST_DOUBLE_API_KEY"
+# Routes SGLang leaves open when the server has a key (prefixes; decide_request_auth).
+OPEN_ROUTES = ("/health", "/metrics")
 # The settings SGLANG_TEST_DOUBLE_RUN_SETTINGS may rewrite (what SGLang itself rewrites silently).
 RUN_SETTINGS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 
@@ -187,7 +202,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--random-seed", type=int)
     p.add_argument("--watchdog-timeout", type=float, default=300.0)
+    p.add_argument("--api-key", type=str)
+    p.add_argument("--admin-api-key", type=str)
+    p.add_argument("--config", type=str)
     return p
+
+
+def _config_scalar(text: str) -> Any:
+    """One value of the --config file: a JSON scalar (a quoted string, a number, true/false), else the text."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def merge_config(argv: List[str], parser: argparse.ArgumentParser) -> List[str]:
+    """argv with the --config file's options first, as SGLang's ConfigArgumentMerger merges them.
+
+    The file is the YAML subset the role writes (``name: value`` lines, comments); the
+    config's options go before the command line's, so a flag given there wins.
+    """
+    if "--config" not in argv:
+        return argv
+    at = argv.index("--config")
+    if at == len(argv) - 1:
+        raise SystemExit("No config file specified after --config flag!")
+    path = argv[at + 1]
+    if not path.endswith((".yaml", ".yml")):
+        raise SystemExit("Config file must be YAML format, got: %s" % path)
+    flags = {a.dest: a for a in parser._actions}  # noqa: SLF001 - what SGLang's merger reads too
+    merged: List[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            name, _, raw = line.partition(":")
+            value = _config_scalar(raw)
+            action = flags.get(name.strip().replace("-", "_"))
+            if isinstance(action, argparse._StoreTrueAction):  # noqa: SLF001
+                merged += ["--" + name.strip()] if value is True else []
+            else:
+                merged += ["--" + name.strip(), str(value)]
+    return merged + argv[:at] + argv[at + 2:]
 
 
 @dataclass(frozen=True)
@@ -745,6 +802,7 @@ class DoubleState:
         self.verify_ct = 0
         self.requests = 0
         self.last_accept_length: Optional[float] = None
+        self.api_key: Optional[str] = None
 
     def current_accept_length(self) -> Optional[float]:
         """The accept length the next request gets (call with the lock held)."""
@@ -756,6 +814,7 @@ class DoubleState:
     def server_args(self) -> Dict[str, Any]:
         """The resolved args as SGLang reports them (flag names with underscores)."""
         resolved = dict(vars(self.args))
+        resolved.pop("config", None)
         resolved["speculative_num_steps"] = self.params.num_steps
         resolved["speculative_eagle_topk"] = self.params.eagle_topk
         resolved["speculative_num_draft_tokens"] = self.params.num_draft_tokens
@@ -866,9 +925,20 @@ class Handler(BaseHTTPRequestHandler):
     def _ready(self) -> bool:
         return self.state.healthy.is_set() and not self.state.fail_health
 
+    def _authorized(self, path: str) -> bool:
+        """decide_request_auth for a NORMAL route: open without an api key, else Bearer <api key> only."""
+        key = self.state.api_key
+        if not key or path.startswith(OPEN_ROUTES):
+            return True
+        got = self.headers.get("Authorization") or ""
+        scheme, _, token = got.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token, key)
+
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         path = self.path.split("?", 1)[0]
-        if path in ("/health", "/health_generate"):
+        if not self._authorized(path):
+            self._send(401, {"error": "Unauthorized"})
+        elif path in ("/health", "/health_generate"):
             self._send(200 if self._ready() else 503)
         elif path in ("/get_server_info", "/server_info"):
             self._send(200, self.state.server_info())
@@ -883,6 +953,9 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if not self._authorized(path):
+            self._send(401, {"error": "Unauthorized"})
+            return
         if path != "/generate":
             self._send(404, {"detail": "Not Found"})
             return
@@ -951,7 +1024,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     """Parse, judge the host, serve until SIGTERM; exit codes follow SGLang's."""
     started = time.time()
     environ = os.environ if environ is None else environ
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(merge_config(list(sys.argv[1:] if argv is None else argv), parser))
     level = getattr(logging, str(args.log_level).upper(), logging.INFO)
     logging.basicConfig(stream=sys.stdout, level=level, format="[%(asctime)s] [test-double] %(levelname)s %(message)s")
     LOG.warning("THIS IS THE SGLANG TEST DOUBLE, NOT SGLANG: no model is loaded")
@@ -1003,6 +1077,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
         LOG.info("%s=%s: accept length drops to %s after %d requests", ENV_DEGRADE_AFTER,
                  environ[ENV_DEGRADE_AFTER], degraded, degrade_after)
     state = DoubleState(args, params, version, wiring, accept, fail_health, degrade_after, degraded)
+    state.api_key = environ.get(ENV_API_KEY) or args.api_key or None
     try:
         server = make_server(args.host, args.port, state)
     except OSError as exc:

@@ -27,7 +27,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_inputs_rules import (
     check_accept_length,
     check_account,
+    check_api_key,
     check_environment,
+    check_extra_args,
     check_extra_directives,
     check_hashes,
     check_home,
@@ -68,6 +70,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_inputs_valu
 _HOST_PATH = "an absolute path on the host, without . or .. components"
 _UNIT_PATH = _HOST_PATH + ", spaces, quotes, % $ ; or \\"
 _OWN_DIR = ", not a system directory such as / /etc /usr /var/lib"
+_API_KEY = '"" (none) or 8 to 512 printable ASCII characters without spaces (one Bearer token)'
 
 VARIABLES: Dict[str, Variable] = {
     "sglang_version": Variable('a release string "X.Y.Z[.postN]", quoted, ' + FIRST_SUPPORTED + " or later", check_version),
@@ -102,7 +105,8 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_mem_fraction_static": accepting("null or a number between 0 and 1 (both excluded)", check_mem_fraction),
     "sglang_disable_cuda_graph": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_enable_metrics": Variable(ACCEPTED_BOOL, check_bool),
-    "sglang_extra_args": Variable("a list of strings, one item per argument", check_str_list),
+    "sglang_extra_args": Variable("a list of strings, one item per argument; no --api-key or --admin-api-key "
+                                  "(sglang_api_key, sglang_admin_api_key)", check_extra_args),
     "sglang_service_manage": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_service_name": accepting("a systemd unit name without .service: letters, digits, _ . : -", check_service_name),
     "sglang_user": accepting("a POSIX user name ([a-z_][a-z0-9_-]*, at most 32 characters), not root",
@@ -113,6 +117,8 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_server_command": accepting("an absolute program path then its arguments, without %", check_server_command),
     "sglang_environment": accepting(
         "a mapping of names [A-Za-z_][A-Za-z0-9_]* to strings or numbers, printable ASCII", check_environment),
+    "sglang_api_key": accepting(_API_KEY, check_api_key),
+    "sglang_admin_api_key": accepting(_API_KEY + "; needs SGLang 0.5.8 or later", check_api_key),
     "sglang_start_timeout": Variable("a positive integer (seconds)", check_int_range(1)),
     "sglang_restart_on_change": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_pre_restart_tasks": accepting('"" or the absolute path of a task file on the controller', check_hook),
@@ -188,7 +194,7 @@ def nearest_name(name: str) -> Optional[str]:
 
 
 # Control characters are refused everywhere; the environment's values are not shown.
-_SECRET = ("sglang_environment",)
+_SECRET = ("sglang_environment", "sglang_api_key", "sglang_admin_api_key")
 NO_CONTROL = ("no control characters in any value (newline, carriage return, tab, NUL and the other C0 "
               "characters): systemd's line syntax would read what follows as a new line or directive")
 

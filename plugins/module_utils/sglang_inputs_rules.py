@@ -18,6 +18,7 @@ from typing import Any, Callable, List, Mapping
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _speculative
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import secret_flag, secret_flag_error
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_inputs_values import (
     ENV_KEY_RE,
     FIRST_SUPPORTED,
@@ -31,6 +32,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_inputs_valu
     VERSION_RE,
     as_int,
     as_number,
+    check_str_list,
     message,
     path_errors,
     shown,
@@ -211,6 +213,32 @@ def check_environment(var: str, value: Any, _values: Mapping[str, Any], accepted
             # to_json writes \\uXXXX, which systemd's EnvironmentFile= keeps literally.
             errors.append("%s holds a non-ASCII character (value not shown: it may be a secret), which the "
                           "environment file cannot carry unchanged; accepted: %s." % (where, accepted))
+    return errors
+
+
+def check_api_key(var: str, value: Any, _values: Mapping[str, Any], accepted: str) -> List[str]:
+    """A server key: what an HTTP Authorization header carries as one Bearer token. Never shown."""
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str):
+        return ["%s is a %s (value not shown: it is a secret); accepted: %s." % (var, _kind(value), accepted)]
+    if not 8 <= len(value) <= 512:
+        return ["%s is %d characters long (value not shown: it is a secret); accepted: %s." % (var, len(value), accepted)]
+    if any(not 33 <= ord(c) <= 126 for c in value):
+        return ["%s holds a space or a character outside printable ASCII (value not shown: it is a secret), which "
+                "an Authorization header cannot carry as one token; accepted: %s." % (var, accepted)]
+    return []
+
+
+def check_extra_args(var: str, value: Any, values: Mapping[str, Any]) -> List[str]:
+    """A list of strings, none of them a key flag (the release's own table judges the rest on the host)."""
+    errors = check_str_list(var, value, values)
+    if errors:
+        return errors
+    for pos, arg in enumerate(value):
+        secret = secret_flag(arg)
+        if secret is not None:
+            errors.append(secret_flag_error(var, pos, secret[0], secret[1]) + ".")
     return errors
 
 

@@ -20,12 +20,23 @@ Field names, read from the released wheels 0.5.4.post2 ... 0.5.23:
   tokenizer manager computes ``spec_accept_length`` from exactly these two.
 
 A release that lacks a field is said so ("not reported by this release"), never an error.
+
+API keys (``sglang_api_key``): every release from 0.5.4.post2 answers 401 without
+``Authorization: Bearer <key>`` on every route but ``/health*`` and ``/metrics`` (``/ready``
+too on 0.5.23) once the server has a key (``srt/utils/common.py`` up to 0.5.7,
+``decide_request_auth`` in ``srt/utils/auth.py`` from 0.5.8; the routes read here are
+its NORMAL level, which the admin key does not open). ``authorized`` adds the header where
+a route needs it; a 401 is its own finding (``AUTH_REFUSED``), not a server that is down.
+The server info holds the server's arguments, the keys among them: ``redacted`` takes them
+out of anything a module returns.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 # The speculative settings a server reports, compared with the rendered flags.
 SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
@@ -33,24 +44,37 @@ SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle
 INFO_ENDPOINTS = ("/server_info", "/get_server_info")
 NOT_REPORTED = "not reported by this release"
 
+# The routes SGLang leaves open when the server has a key (path prefixes, every release).
+OPEN_ROUTES = ("/health", "/metrics", "/ready")
+# What a 401 means here: the server holds a key, and not the one sent (or none was).
+AUTH_REFUSED = "the server refused the key (401)"
+AUTH_MISSING = "the server asks for an API key (401) and sglang_api_key is empty"
+# Fields of the server info that hold secrets (the server's own arguments are in it).
+_SECRET_FIELD = re.compile(r"(^|_)(api_key|password|secret)$")
+
 # request(url, timeout, body=None) -> (status or None, parsed JSON or None, error text)
 Requester = Callable[..., Tuple[Optional[int], Any, str]]
 
 
-def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None) -> Tuple[Optional[int], Any, str]:
+def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None,
+                 headers: Optional[Dict[str, str]] = None) -> Tuple[Optional[int], Any, str]:
     """(status, parsed JSON or None, error text) for one GET or JSON POST; never raises."""
     from urllib.error import HTTPError
 
     from ansible.module_utils.urls import open_url
 
     data = None if body is None else json.dumps(body).encode("utf-8")
-    headers = {"Content-Type": "application/json"} if body is not None else {}
+    headers = dict(headers or {})
+    if body is not None:
+        headers["Content-Type"] = "application/json"
     try:
         resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
                         timeout=timeout, validate_certs=True)
         raw = resp.read()
         status = resp.getcode()
     except HTTPError as exc:
+        if exc.code == 401:
+            return 401, None, AUTH_REFUSED if "Authorization" in headers else AUTH_MISSING
         return exc.code, None, "HTTP %s from %s" % (exc.code, url)
     except Exception as exc:  # noqa: BLE001 - connection refused, timeout, reset: reported, not raised
         return None, None, "%s: %s" % (type(exc).__name__, exc)
@@ -58,6 +82,53 @@ def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None
         return status, json.loads(raw.decode("utf-8")) if raw.strip() else None, ""
     except ValueError:
         return status, None, "%s did not return JSON" % url
+
+
+def authorized(request: Requester, key: str) -> Requester:
+    """``request`` that sends ``Authorization: Bearer <key>`` to the routes SGLang protects."""
+    if not key:
+        return request
+
+    def send(url: str, timeout: float, body: Optional[Dict[str, Any]] = None) -> Tuple[Optional[int], Any, str]:
+        if urlsplit(url).path.startswith(OPEN_ROUTES):
+            return request(url, timeout, body)
+        return request(url, timeout, body, headers={"Authorization": "Bearer " + key})
+
+    return send
+
+
+def read_key_file(path: str) -> str:
+    """The ``api-key`` of the role's --config file (``api-key: "<JSON string>"``), "" when absent.
+
+    The role writes that file (templates/sglang.keys.yaml.j2) in this one form, so the host
+    needs no YAML parser; a file it cannot read that way raises ValueError.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        return ""
+    for line in lines:
+        if line.startswith("api-key:"):
+            value = json.loads(line.split(":", 1)[1].strip())
+            if not isinstance(value, str):
+                raise ValueError("%s: api-key is not a string" % path)
+            return value
+    return ""
+
+
+def redacted(value: Any) -> Any:
+    """``value`` with every secret field of a server info (api_key, admin_api_key, ...) replaced."""
+    if isinstance(value, dict):
+        return {k: ("<redacted>" if isinstance(k, str) and _SECRET_FIELD.search(k) and v else redacted(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
+
+
+def is_auth_error(error: str) -> bool:
+    return error in (AUTH_REFUSED, AUTH_MISSING)
 
 
 def fetch_server_info(request: Requester, base: str, timeout: float) -> Tuple[Optional[Dict[str, Any]], str, str]:
@@ -210,6 +281,11 @@ def judge(info: Optional[Dict[str, Any]], endpoint: str, error: str, answers: Se
                                    accept_length_source="", accept_length_server_info=None,
                                    accept_length_probe=None, probe_requests=len(answers),
                                    notes=[], reasons=[], classes=[])
+    if info is None and is_auth_error(error):
+        # The server serves (its health routes are open); it holds another key. Not a health failure.
+        reading["reasons"].append("live: " + error)
+        reading["classes"].append("live_auth")
+        return reading
     if info is None:
         reading["reasons"].append("live: server info unavailable (%s)" % error)
         reading["classes"].append("live_unavailable")
@@ -229,7 +305,10 @@ def judge(info: Optional[Dict[str, Any]], endpoint: str, error: str, answers: Se
     reading["accept_length_probe"] = None if probe is None else round(probe, 3)
     if note:
         reading["notes"].append(note)
-    if probe_error:
+    if probe_error and is_auth_error(probe_error):
+        reading["reasons"].append("live: " + probe_error)
+        reading["classes"].append("live_auth")
+    elif probe_error:
         reading["reasons"].append("live: probe generation failed (%s)" % probe_error)
         reading["classes"].append("live_unavailable")
     if probe is not None:

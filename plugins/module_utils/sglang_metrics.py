@@ -31,11 +31,13 @@ PREFIX = "sglang_remediation"
 # One gauge per failure class, always all of them (0 or 1) so that every series exists
 # and an alert can name the class.
 FAILURE_CLASSES = ("release", "source", "draft_config", "service_files", "running_server",
-                   "live_settings", "live_accept_length", "live_unavailable", "error")
+                   "live_settings", "live_accept_length", "live_unavailable", "live_auth", "error")
 # The role's drift lines (tasks/report.yml) and the probe's reasons, by how they start.
 _DRIFT_CLASSES = (
     ("live: the server runs", "live_settings"),
     ("live: accept length", "live_accept_length"),
+    ("live: the server refused the key", "live_auth"),
+    ("live: the server asks for an API key", "live_auth"),
     ("live:", "live_unavailable"),
     ("sglang ", "release"),
     ("SGLang source", "source"),
@@ -45,6 +47,7 @@ _DRIFT_CLASSES = (
     ("unit", "service_files"),
     ("service environment", "service_files"),
     ("environment", "service_files"),
+    ("api_keys", "service_files"),
     ("running server", "running_server"),
     ("fingerprint", "running_server"),
     ("no healthy start", "running_server"),

@@ -69,6 +69,7 @@ def remediation_row(
     draft: Any = None,
     unit: Any = None,
     environment: Any = None,
+    api_keys: Any = None,
     fingerprint: Any = None,
     gate: Any = None,
     live_metrics: Any = None,
@@ -89,8 +90,8 @@ def remediation_row(
     """A host's fleet report row from the run's structured results.
 
     ``fix``: sglang_eagle3's result (or the probe's, for a host that ends there);
-    ``draft``, ``unit``, ``environment``: sglang_draft_config's and the two template
-    tasks' results; ``fingerprint``: sglang_fingerprint's compare; ``gate``: sglang_gate's
+    ``draft``, ``unit``, ``environment``, ``api_keys``: sglang_draft_config's and the
+    template tasks' results (the unit, the environment, the --config file of the keys); ``fingerprint``: sglang_fingerprint's compare; ``gate``: sglang_gate's
     result after a restart this run; ``live_metrics``: the gate's accept length and
     throughput; ``probe_live``: the probe's reading of the server that ran before
     this run; ``parse``: the server-args parser run. A task that did not run passes
@@ -98,6 +99,7 @@ def remediation_row(
     restart transaction acted on.
     """
     fix, draft, unit, environment = _result(fix), _result(draft), _result(unit), _result(environment)
+    api_keys = _result(api_keys)
     fingerprint, gate, live_metrics = _result(fingerprint), _result(gate), _result(live_metrics)
     closed, undo = _result(closed), _result(undo)
     restarted, dry = bool(restarted), bool(audit) or bool(check_mode)
@@ -113,7 +115,8 @@ def remediation_row(
     if check_mode and not audit and service_manage:
         pending = [text for result, text in (
             (fix, "SGLang source would change"), (draft, "draft config would change"),
-            (unit, "unit would change"), (environment, "environment would change")) if result.get("changed")]
+            (unit, "unit would change"), (environment, "environment would change"),
+            (api_keys, "API key file would change")) if result.get("changed")]
 
     # The freshest live reading: the gate's after a restart this run, else the probe's
     # (taken before this run changed anything, of the server that still runs).
@@ -134,6 +137,8 @@ def remediation_row(
         drift.append("unit file")
     if dry and environment.get("changed"):
         drift.append("service environment")
+    if dry and api_keys.get("changed"):
+        drift.append("api_keys file (sglang_api_key, sglang_admin_api_key)")
     if fingerprint.get("restart_needed") and not restarted:
         drift.append("running server differs from the files")
     drift += list(_result(live).get("reasons") or [])

@@ -84,6 +84,57 @@ OPAQUE_DESTS = {
         "cannot check them; give the flags in sglang_extra_args instead"
     ),
 }
+# The server's API keys: never on its command line, which every local user reads in
+# /proc/<pid>/cmdline and `systemctl show`. The role writes them to the 0640 file that
+# its --config flag names (sglang_api_key, sglang_admin_api_key).
+# dest -> (SGLang's option, the role's variable).
+SECRET_DESTS = {
+    "api_key": ("--api-key", "sglang_api_key"),
+    "admin_api_key": ("--admin-api-key", "sglang_admin_api_key"),
+}
+# The shortest spelling judged a key flag without a release's table ("--api", "--adm").
+_SECRET_PREFIX_MIN = 5
+
+
+def secret_flag(arg: Any) -> Optional[Tuple[str, str]]:
+    """(option, variable) when ``arg`` spells a key flag by name, on any release: the option, an
+    abbreviation of it (from ``--api`` / ``--adm`` on) or either with ``=value``; else None."""
+    if not isinstance(arg, str) or not arg.startswith("--"):
+        return None
+    name = arg.split("=", 1)[0]
+    for option, var in SECRET_DESTS.values():
+        if len(name) >= _SECRET_PREFIX_MIN and option.startswith(name):
+            return option, var
+    return None
+
+
+def secret_flag_error(var: str, pos: int, option: str, key_var: str) -> str:
+    """The refusal of a key flag in ``var``; the item and its value are never shown."""
+    return ("%s[%d] gives %s (value not shown: it is a secret) on the command line, where every local "
+            "user reads it (/proc/<pid>/cmdline, systemctl show). Remove it and its value from %s and set "
+            "%s instead: the role hands the key to the server in a 0640 file through --config"
+            % (var, pos, option, var, key_var))
+
+
+def key_route_errors(table: Dict[str, Any], release: str, key_vars: Sequence[str]) -> List[str]:
+    """Why this release cannot take the keys that are set (``key_vars``) through --config."""
+    if not key_vars:
+        return []
+    dests = {entry["dest"] for entry in table["options"].values()}
+    where = "SGLang %s" % release if release else "the installed SGLang"
+    errors = []  # type: List[str]
+    if "config" not in dests:
+        errors.append("%s is set, but %s has no --config, the only way the role gives a key to the server "
+                      "(never on its command line); leave %s empty or pin a release with --config"
+                      % (" and ".join(key_vars), where, " and ".join(key_vars)))
+        return errors
+    for dest, (option, var) in sorted(SECRET_DESTS.items()):
+        if var in key_vars and dest not in dests:
+            errors.append("%s is set, but %s has no %s; leave %s empty or pin a release that has %s"
+                          % (var, where, option, var, option))
+    return errors
+
+
 # --json-model-override-args rewrites the target's config.json in memory; these
 # keys change which model class runs or which layer a capture id means.
 OVERRIDE_DEST = "json_model_override_args"
@@ -177,6 +228,9 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
     where = "SGLang %s" % release if release else "the installed SGLang"
     expect_value = None  # type: Optional[str]
     for pos, arg in enumerate(extra_args):
+        if expect_value == "secret":
+            expect_value = None  # a key's value: neither judged nor shown
+            continue
         if not isinstance(arg, str):
             errors.append("%s[%d] is %r (%s); every item must be a string, one argv element each"
                           % (var, pos, arg, type(arg).__name__))
@@ -193,6 +247,13 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
             continue
         expect_value = None
         name = arg.split("=", 1)[0]
+        secret = secret_flag(arg) if kind in ("unknown", "ambiguous") else None
+        if kind in ("exact", "prefix") and options[hits[0]]["dest"] in SECRET_DESTS:
+            secret = SECRET_DESTS[options[hits[0]]["dest"]]
+        if secret is not None:
+            errors.append(secret_flag_error(var, pos, secret[0], secret[1]))
+            expect_value = None if "=" in arg else "secret"
+            continue
         if kind == "unknown":
             close = _suggest(table, name)
             errors.append("%s[%d] is %r, a flag %s does not accept (argparse would exit 2 and the "
@@ -241,8 +302,9 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
 
 
 def check_venv(venv: str, extra_args: Sequence[Any], release: str = "",
-               memo_file: Optional[str] = None) -> Dict[str, Any]:
-    """Read the release in ``venv`` and judge ``extra_args``; ``checked`` False without an install.
+               memo_file: Optional[str] = None, key_vars: Sequence[str] = ()) -> Dict[str, Any]:
+    """Read the release in ``venv`` and judge ``extra_args``, and whether it takes the keys that
+    are set (``key_vars``: variable names, never values); ``checked`` False without an install.
 
     The result carries ``memo_key`` after a miss, for ``store_table_memo`` once the
     caller knows the run ends well (a refused host keeps its files as they were).
@@ -252,12 +314,17 @@ def check_venv(venv: str, extra_args: Sequence[Any], release: str = "",
               "sources": [], "memo_key": None, "table": None}  # type: Dict[str, Any]
     if site is None or not os.path.isfile(os.path.join(site, SERVER_ARGS_FILE)):
         return result
-    if not extra_args:
+    if not extra_args and not key_vars:
         # Nothing appended, nothing to judge: the rendered flags are the role's own.
         result["checked"] = True
         return result
     table, memo, key = read_flag_table_memoized(site, memo_file)
     result.update(checked=True, memo=memo, memo_key=key, table=table, allow_abbrev=table["allow_abbrev"],
                   options=len(table["options"]), sources=table["sources"],
-                  errors=extra_args_errors(extra_args, table, release))
+                  errors=key_route_errors(table, release, key_vars) + extra_args_errors(extra_args, table, release))
     return result
+
+
+def refusal(release: str, errors: Sequence[str]) -> str:
+    """The one failure message of the flag check (sglang_server_flags and the probe alike)."""
+    return "SGLang %s cannot run what the role would render: %s" % (release, " ".join(errors))

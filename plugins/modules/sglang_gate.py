@@ -34,6 +34,11 @@ description:
     M(fleetops.sglang.sglang_fingerprint) with C(state=record) would) in this same call, so a restart costs
     no extra remote call for its bookkeeping.
   - Fails when the server is healthy but C(/get_server_info) or a live request does not answer 200 with a JSON object.
+  - With O(api_key_file), sends the key in that file as an C(Authorization) Bearer header to every route but C(/health*) and
+    C(/metrics). A healthy server that answers 401 fails with C(live) reason I(the server refused the key (401)) and
+    RV(auth_refused=true). It serves, but holds another key than the file it was started on.
+  - The server's keys, which its server info holds among its arguments, are replaced by C(<redacted>) in
+    RV(info) and RV(info_after).
   - Reads only, but for O(record); the generation requests are the live check itself.
 attributes:
   check_mode:
@@ -45,6 +50,11 @@ options:
     description: Base URL of the server, e.g. V(http://127.0.0.1:30000).
     type: str
     required: true
+  api_key_file:
+    description:
+      - The role's C(--config) file on the host (one C(api-key) line), read by the module as root; the key the
+        server was started on, after a restart and after files were put back alike. Absent or empty sends no key.
+    type: path
   wait:
     description: Seconds this call polls for health before it returns RV(ready=false).
     type: float
@@ -96,6 +106,11 @@ seealso:
 """
 
 RETURN = r"""
+auth_refused:
+  description: The server was healthy but answered 401 to the key of O(api_key_file) (or to no key).
+  type: bool
+  returned: when it failed for that
+  sample: true
 failures:
   description:
     - Why the server does not pass the gate, one sentence each; empty when it passes.
@@ -210,12 +225,13 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import fetch_server_info, gate_failures, judge, tokens_per_s
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request as request
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import (
+    authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge, read_key_file, redacted,
+    tokens_per_s)
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import record
 
 
-def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep):
+def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep, request=http_request):
     deadline = clock() + wait
     polls, status, error = 0, None, ""
     while True:
@@ -232,6 +248,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             url=dict(type="str", required=True),
+            api_key_file=dict(type="path"),
             wait=dict(type="float", default=60),
             delay=dict(type="float", default=1),
             request_timeout=dict(type="float", default=30),
@@ -256,10 +273,22 @@ def main():
         result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (
             base, polls, p["wait"], error)
         module.exit_json(**result)
+    try:
+        request = authorized(http_request, read_key_file(p["api_key_file"]) if p["api_key_file"] else "")
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="healthy, but the key file cannot be read: %s" % exc, **result)
     info, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
+    if info is None and is_auth_error(error):
+        # Healthy on these files: what it was started from is recorded, so that the next run does not
+        # restart it again for a key it refuses (its probe reports the 401, nothing restarts for it).
+        if p["record"]:
+            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+        module.fail_json(msg="healthy, but live: %s on %s/server_info: the server holds another key than %s, "
+                         "the file it was started on" % (error, base, p["api_key_file"] or "none (no key file)"),
+                         auth_refused=True, **result)
     if info is None:
         module.fail_json(msg="healthy, but /server_info and /get_server_info failed: %s" % error, **result)
-    result["info"] = info
+    result["info"] = redacted(info)
     live = []
     for text in p["prompts"]:
         code, answer, error = request(base + "/generate", p["generate_timeout"], body={
@@ -273,7 +302,7 @@ def main():
     after, endpoint, error = fetch_server_info(request, base, p["request_timeout"])
     if after is None:
         module.fail_json(msg="server info after the live requests failed: %s" % error, live=live, **result)
-    result["info_after"] = after
+    result["info_after"] = redacted(after)
     result["reading"] = judge(after, endpoint, "", live, p["expected"], p["accept_length_min"])
     # The two numbers the report and the gate use, computed here once.
     result["accept_length"] = result["reading"]["accept_length"]

@@ -142,6 +142,14 @@ options:
     type: list
     elements: raw
     default: []
+  key_vars:
+    description:
+      - The names of the role's key variables that are set (V(sglang_api_key), V(sglang_admin_api_key)), never
+        their values. When the pinned release is installed, the probe fails if it has no C(--config) or no
+        option for one of them, naming the release.
+    type: list
+    elements: str
+    default: []
   flags_memo_file:
     description:
       - JSON file holding the release's flag table and the sha256 of every file it was read from;
@@ -203,6 +211,14 @@ options:
         description: Timeout of each probe generation.
         type: float
         default: 120
+      api_key:
+        description:
+          - The key the server should hold (C(sglang_api_key)), sent as an C(Authorization) Bearer header on the
+            routes SGLang protects (all but C(/health*) and C(/metrics)); empty sends none.
+          - A V(401) answer is reported as RV(live.reasons) C(live) reason I(the server refused the key (401)),
+            class C(live_auth). The server serves, it holds another key; nothing restarts for it.
+        type: str
+        default: ""
   textfile:
     description:
       - Write the node_exporter textfile when the host is compliant (the run ends at the probe);
@@ -617,8 +633,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease impor
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import store_table_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import http_request, read_live
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, refusal
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import authorized, http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, same_ids
@@ -703,8 +719,9 @@ def live_reading(live, release, request=http_request):
     expected = dict(live["expected"] or {})
     if release and not expected.get("version"):
         expected["version"] = release
-    return read_live(request, live["url"], expected, live["accept_length_min"], live["prompts"] or [],
-                     live["max_new_tokens"], live["request_timeout"], live["generate_timeout"])
+    return read_live(authorized(request, live.get("api_key") or ""), live["url"], expected,
+                     live["accept_length_min"], live["prompts"] or [], live["max_new_tokens"],
+                     live["request_timeout"], live["generate_timeout"])
 
 
 def write_textfile(textfile, result, check_mode, now=None):
@@ -774,7 +791,8 @@ def probe(p, check_mode=False, run_command=None, which=None):
         # The flags the pinned release accepts, before anything else is judged: a bad
         # sglang_extra_args fails the probe, so nothing on the host is touched.
         try:
-            flags = check_venv(p["venv"], p["extra_args"] or [], audit["release"], p["flags_memo_file"])
+            flags = check_venv(p["venv"], p["extra_args"] or [], audit["release"], p["flags_memo_file"],
+                               key_vars=p["key_vars"])
         except (OSError, ValueError, SyntaxError) as exc:
             flags = {"checked": False, "memo_key": None, "table": None,
                      "errors": ["sglang_extra_args cannot be checked: the launch flags of SGLang %s could not "
@@ -833,6 +851,7 @@ def main():
             memo_write=dict(type="bool", default=False),
             lease_file=dict(type="path"),
             extra_args=dict(type="list", elements="raw", default=[]),
+            key_vars=dict(type="list", elements="str", default=[], no_log=False),
             flags_memo_file=dict(type="path"),
             live=dict(type="dict", options=dict(
                 url=dict(type="str", required=True),
@@ -842,6 +861,7 @@ def main():
                 max_new_tokens=dict(type="int", default=32, no_log=False),
                 request_timeout=dict(type="float", default=30),
                 generate_timeout=dict(type="float", default=120),
+                api_key=dict(type="str", default="", no_log=True),
             )),
             # Consumed by the action plugin on the controller, never sent here (documented for it).
             role_checks=dict(type="bool", default=False),
@@ -878,8 +898,7 @@ def main():
                         "leaves it alone (it neither takes nor waits for the lease)." % describe(holder, time.time()))
     errors = result["server_flags"]["errors"]
     if errors:
-        module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"
-                         % (result["release"], " ".join(errors)), **result)
+        module.fail_json(msg=refusal(result["release"], errors), **result)
     module.exit_json(**result)
 
 

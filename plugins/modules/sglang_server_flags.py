@@ -24,6 +24,10 @@ description:
     argparse would store in a flag the role renders (the exact flag, an alias, C(--flag=value), or an
     unambiguous prefix when abbreviations are allowed; the last occurrence wins, silently), or a flag
     that drops or breaks the aux hidden-state capture of the EAGLE-3 draft (see the README).
+  - Fails on a key flag (C(--api-key), C(--admin-api-key), an abbreviation or C(=) form) in C(sglang_extra_args),
+    naming the variable that carries the key instead, without showing the item or its value.
+  - With O(key_vars), fails when the release has no C(--config) or no option for a key that is set,
+    naming the release. The role gives keys to the server only through its C(--config) file.
   - Changes nothing.
 attributes:
   check_mode:
@@ -40,6 +44,13 @@ options:
       - Taken as given (C(elements=raw)) so that a non-string item is refused, not converted.
     type: list
     elements: raw
+    default: []
+  key_vars:
+    description:
+      - The names of the role's key variables that are set (V(sglang_api_key), V(sglang_admin_api_key));
+        never their values.
+    type: list
+    elements: str
     default: []
   expected_version:
     description:
@@ -122,7 +133,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import site_packages
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, refusal
 
 
 def installed_release(venv):
@@ -146,6 +157,7 @@ def main():
         argument_spec=dict(
             venv=dict(type="path", required=True),
             extra_args=dict(type="list", elements="raw", default=[]),
+            key_vars=dict(type="list", elements="str", default=[], no_log=False),
             expected_version=dict(type="str", default=""),
             required=dict(type="bool", default=False),
         ),
@@ -164,14 +176,13 @@ def main():
             release, p["expected_version"])
         module.exit_json(**result)
     try:
-        flags = check_venv(p["venv"], p["extra_args"] or [], release)
+        flags = check_venv(p["venv"], p["extra_args"] or [], release, key_vars=p["key_vars"])
     except (OSError, ValueError, SyntaxError) as exc:
         module.fail_json(msg="cannot read the launch flags of SGLang %s in %s: %s" % (release, p["venv"], exc),
                          **result)
     result.update({k: v for k, v in flags.items() if k not in ("memo", "memo_key", "table")})
     if result["errors"]:
-        module.fail_json(msg="sglang_extra_args cannot be run by SGLang %s as rendered: %s"
-                         % (release, " ".join(result["errors"])), **result)
+        module.fail_json(msg=refusal(release, result["errors"]), **result)
     module.exit_json(**result)
 
 

@@ -184,6 +184,13 @@ CASES += [
     Case("newline_in_an_environment_secret", {"sglang_environment": {"HF_TOKEN": "hf_s3cret\nLD_PRELOAD=/x.so"}},
          ["sglang_environment", "sglang_environment.HF_TOKEN", "control character \\\\n", "value not shown"],
          hidden=["hf_s3cret", "LD_PRELOAD"]),
+    # API keys: never shown, never on the command line
+    Case("api_key_with_a_space", {"sglang_api_key": "s3cret key value"},
+         ["sglang_api_key", "a space or a character outside printable ASCII", "value not shown"],
+         hidden=["s3cret key value"]),
+    Case("api_key_in_extra_args", {"sglang_extra_args": ["--log-level", "info", "--api-key=s3cretKeyValue9"]},
+         ["sglang_extra_args[2] gives --api-key", "set sglang_api_key instead", "value not shown"],
+         hidden=["s3cretKeyValue9"]),
     # host side: the target must be served by deepseek_v2.py (the probe sees it on a converged host)
     Case("target_swapped_for_llama", {},
          ["sglang_model_path=/models/DeepSeek-V3", "LlamaForCausalLM", "deepseek_v2.py"],

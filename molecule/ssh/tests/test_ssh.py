@@ -104,7 +104,7 @@ def test_converge_over_ssh_and_sudo():
         assert sh(h, "ls -A /home/ops/.ansible/tmp 2>/dev/null || true") == "", h
         # The same owners and modes as the docker path gives them; the server runs as sglang.
         assert owners_and_modes(h).splitlines() == [
-            "root:root 644 /etc/systemd/system/sglang.service", "root:root 750 /etc/sglang",
+            "root:root 644 /etc/systemd/system/sglang.service", "root:sglang 710 /etc/sglang",
             "root:root 600 /etc/sglang/sglang.env", "sglang:sglang 750 /var/lib/sglang",
             "root:root 700 /var/lib/sglang-remediation", "root:root 755 /opt/sglang/venv",
             "root:root 644 " + sh(h, "ls %s" % DEEPSEEK), "root:root 644 /models/DeepSeek-V3-EAGLE3/config.json"]
