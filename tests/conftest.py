@@ -49,12 +49,14 @@ USER_IDS = [-1, 2, 30]
 
 
 def fake_systemctl(root: Path, active: bool) -> str:
-    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive)."""
+    """A PATH whose systemctl answers is-active with 0 (active) or 3 (inactive), and ``show -p MainPID
+    --value`` with $SGLANG_TEST_MAINPID (0 when unset: no main process)."""
     bin_dir = root / ("bin-active" if active else "bin-inactive")
     bin_dir.mkdir(exist_ok=True)
     stub = bin_dir / "systemctl"
     if not stub.exists():
-        stub.write_text("#!/bin/sh\nexit %d\n" % (0 if active else 3))
+        stub.write_text('#!/bin/sh\nif [ "$1" = show ]; then echo "${SGLANG_TEST_MAINPID:-0}"; exit 0; fi\n'
+                        "exit %d\n" % (0 if active else 3))
         stub.chmod(0o755)
     return "%s:%s" % (bin_dir, os.environ.get("PATH", ""))
 

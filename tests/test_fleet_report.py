@@ -154,6 +154,24 @@ def test_check_mode_rows_say_would_change(callback, tmp_path):
     assert "would restart: unit would change" in md
 
 
+@pytest.mark.parametrize("check_mode, playbook, status", [(False, "remediate", "adopted"),
+                                                           (True, "remediate", "would adopt"),
+                                                           (False, "audit", "would adopt")])
+def test_an_adopted_host_says_so_and_was_not_restarted(callback, tmp_path, check_mode, playbook, status):
+    callback.check_mode = check_mode
+    callback.v2_playbook_on_start(SimpleNamespace(_file_name="/x/%s.yml" % playbook))
+    callback.v2_playbook_on_play_start(play(Inventory(["h1", "h2"])))
+    callback.v2_runner_on_ok(result("h1", fact("h1", adopted=True, restarted=False, restart_needed=False)))
+    callback.v2_runner_on_ok(result("h2", fact("h2", restarted=False, restart_needed=False)))
+    # The probe recorded the fingerprint (changed): still adopted, not "changed".
+    callback.v2_playbook_on_stats(Stats({"h1": 1}))
+    doc, _md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert rows["h1"]["status"] == status and rows["h1"]["adopted"] is True and rows["h1"]["restarted"] is False
+    assert rows["h2"]["status"] == "ok" and rows["h2"]["adopted"] is False
+    assert doc["run"]["result"] not in ("failed", "aborted", "noncompliant")
+
+
 def test_a_rolled_back_host_says_what_was_restored_not_patched():
     row = dict(report.new_row("gpu-1"), decision="patch", sha256_before="a" * 64, sha256_after="b" * 64,
                rolled_back=True, rollback=["/etc/systemd/system/sglang.service restored to sha256 " + "c" * 64])

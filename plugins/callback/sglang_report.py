@@ -78,7 +78,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio impo
 FACT = "sglang_remediation"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
 ATTENTION = ("failed", "unreachable", "aborted", "not reached")
-STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "ok")
+STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok")
 
 
 def plain(value: Any) -> Any:
@@ -127,7 +127,7 @@ def new_row(host: str) -> Dict[str, Any]:
         "action": "", "family": "", "compliant": None, "file_state_before": "", "sha256_before": "",
         "sha256_after": "", "evidence": [], "forward": "", "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
-        "restart_reasons": [], "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
+        "restart_reasons": [], "adopted": False, "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
         "live_notes": [], "left": [], "changes": [], "restarts": 0, "error": "", "failed_task": "", "stats": {},
     }
@@ -330,7 +330,8 @@ class CallbackModule(CallbackBase):
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
                     "companion", "health", "mode", "forward", "evidence", "draft_layer_ids", "restart_reasons",
                     "drift", "server_args_warnings", "rollback", "left", "changes", "speculative_flags", "compliant",
-                    "restart_needed", "restarted", "restarts", "rolled_back", "accept_length", "tokens_per_s"):
+                    "restart_needed", "restarted", "restarts", "adopted", "rolled_back", "accept_length",
+                    "tokens_per_s"):
             if key in fact:
                 row[key] = fact[key]
         if "live" in fact:
@@ -342,6 +343,9 @@ class CallbackModule(CallbackBase):
                 row["failed_task"] = fact["failed_task"]
         elif row["status"] in ("running", "not reached"):
             row["status"] = "ok"
+        if row["status"] == "ok" and row["compliant"] is not False and row.get("adopted"):
+            # Recorded as it runs, no restart (an audit or --check only finds it adoptable).
+            row["status"] = "would adopt" if self.check_mode or self.mode == "audit" else "adopted"
         if row["status"] == "ok" and row["compliant"] is False:
             # Audit: a finding. Check mode: what a real run would change.
             if self.mode == "audit":

@@ -175,6 +175,8 @@ def remediation_row(
         "restart_needed": bool(fingerprint.get("restart_needed")) or bool(pending),
         "restart_reasons": list(fingerprint.get("reasons") or []) + pending,
         "restarted": restarted,
+        # A running server recorded as it runs, not restarted (sglang_adopt; the probe's rows only).
+        "adopted": False,
         # Restarts of the service this run made: the remediation's, and one on files put back.
         "restarts": (1 if restarted else 0) + (1 if undo_restarted and not rollback_run else 0),
         "rolled_back": undo_complete,
@@ -213,9 +215,11 @@ def probe_row(host: str, wanted_release: str, probe: Mapping[str, Any], speculat
     """
     fix = dict(_result(probe.get("eagle3")), release=probe.get("release"), decision=probe.get("decision"),
                draft_layer_ids=probe.get("draft_layer_ids"), compliant=True)
-    return remediation_row(host, wanted_release, fix=fix, probe_live=probe.get("live"),
-                           speculative_flags=speculative_flags, audit=audit, check_mode=check_mode,
-                           textfile=probe.get("textfile"))
+    row = remediation_row(host, wanted_release, fix=fix, probe_live=probe.get("live"),
+                          speculative_flags=speculative_flags, audit=audit, check_mode=check_mode,
+                          textfile=probe.get("textfile"))
+    row["adopted"] = bool(_result(probe.get("adoption")).get("adopted"))
+    return row
 
 
 def noncompliant(rows: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:

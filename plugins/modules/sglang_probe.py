@@ -219,6 +219,36 @@ options:
             class C(live_auth). The server serves, it holds another key; nothing restarts for it.
         type: str
         default: ""
+  adopt:
+    description:
+      - Adopt a running server that has no recorded healthy start (a host converged by hand or by another
+        tool) instead of restarting it, when the only finding is that missing record, its live reading
+        passed, and, read in C(/proc/<MainPID>), its command line is O(adopt.argv) item for item, its
+        environment holds every variable of O(adopt.env_file) with that value, and it started after the
+        last change of every file of O(adopt.paths) and of the SGLang files the role patches (and their
+        RECORD). RV(adoption) says what was found; otherwise the host needs a restart as without it.
+    type: dict
+    suboptions:
+      argv:
+        description: The command line the unit starts (its program and every argument).
+        type: list
+        elements: str
+        required: true
+      env_file:
+        description: The role's environment file, read on the host (its values are compared, never returned).
+        type: path
+        required: true
+      paths:
+        description: The configuration files the running server depends on (unit, environment, keys, draft config).
+        type: list
+        elements: path
+        default: []
+      record:
+        description:
+          - Record the fingerprint of an adopted server (RV(changed=true)). V(false) only says it would be
+            adopted (audits); check mode never records.
+        type: bool
+        default: false
   textfile:
     description:
       - Write the node_exporter textfile when the host is compliant (the run ends at the probe);
@@ -417,6 +447,14 @@ fingerprint:
       description: Component name to sha256 recorded after the last healthy start; empty when none was recorded.
       type: dict
       sample: {sglang: 3f79bb7b435b05321651daefd374cdc681dc06faa65e374e38337b88ca046dea}
+adoption:
+  description:
+    - V(null) when adoption was not considered (O(adopt) not given, or another finding than the missing record).
+    - Else C(adopted) (whether the running server qualifies), C(recorded) (its fingerprint was written) and
+      C(blockers) (why it does not qualify).
+  type: dict
+  returned: always
+  sample: {adopted: true, recorded: true, blockers: []}
 active:
   description: Whether the service is active (C(systemctl is-active)); V(null) when O(service_manage=false).
   type: bool
@@ -627,7 +665,9 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_adopt import adoption_blockers, main_pid
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import (
+    DEEPSEEK_FILE, TARGET_FILES, EngineError, find_installation)
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
@@ -636,7 +676,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable i
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, refusal
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import authorized, http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import changed_components, current_fingerprint, load_recorded, service_active
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
+    changed_components, current_fingerprint, load_recorded, record, service_active)
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, same_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
 
@@ -693,13 +734,22 @@ def file_reasons(files):
     return reasons
 
 
-def fingerprint_reasons(components, state_file, audit):
-    """(reasons, {current, recorded}) for the running fingerprint, without the service state."""
+NO_HEALTHY_START = "no healthy start recorded: restart needed"
+
+
+def fingerprint_specs(components, audit):
+    """The fingerprint's components as the gate records them: the engine's own value for ``sglang``."""
     specs = dict(components)
     if specs.get("sglang") in (None, "", "auto") and not audit["failed"]:
         specs["sglang"] = "value:" + audit["fingerprint"]
     elif specs.get("sglang") in (None, "", "auto"):
         specs.pop("sglang", None)  # no install: the fingerprint differs on the other components or anyway
+    return specs
+
+
+def fingerprint_reasons(components, state_file, audit):
+    """(reasons, {current, recorded}) for the running fingerprint, without the service state."""
+    specs = fingerprint_specs(components, audit)
     try:
         current = current_fingerprint(specs)
     except OSError as exc:
@@ -708,7 +758,7 @@ def fingerprint_reasons(components, state_file, audit):
     changed = changed_components(current, recorded)
     info = {"current": current, "recorded": recorded.get("components", {})}
     if changed is None:
-        return ["no healthy start recorded: restart needed"], info
+        return [NO_HEALTHY_START], info
     if not changed:
         return [], info
     return ["fingerprint differs (%s): restart needed" % ", ".join(changed)], info
@@ -722,6 +772,34 @@ def live_reading(live, release, request=http_request):
     return read_live(authorized(request, live.get("api_key") or ""), live["url"], expected,
                      live["accept_length_min"], live["prompts"] or [], live["max_new_tokens"],
                      live["request_timeout"], live["generate_timeout"])
+
+
+def adoption(p, result, reasons, audit, check_mode, run_command, which):
+    """Adopt a server that runs what should run but has no recorded start (sglang_adopt): record its
+    fingerprint (not in check mode or an audit, which only say so) and restart nothing.
+
+    Only when the one finding is that no healthy start was recorded, the service is active and
+    its live reading passed; None when adoption was not considered, else what it found.
+    """
+    spec = p.get("adopt")
+    live = result.get("live")
+    if not spec or reasons != [NO_HEALTHY_START] or not result["active"] or not live or not live.get("read") \
+            or live.get("reasons") or audit["failed"]:
+        return None
+    paths = list(spec.get("paths") or [])
+    try:
+        installation = find_installation(p["venv"])
+        paths += [installation.path(rel) for rel in TARGET_FILES]
+        paths.append(os.path.join(installation.dist_info, "RECORD"))
+    except EngineError as exc:
+        return {"adopted": False, "recorded": False, "blockers": ["the installed SGLang cannot be read (%s)" % exc]}
+    pid = main_pid(p["service"], run_command, which)
+    blockers = adoption_blockers(pid, spec["argv"], spec["env_file"], paths)
+    found = {"adopted": not blockers, "recorded": False, "blockers": blockers}
+    if not blockers and spec.get("record") and not check_mode:
+        found["recorded"] = record(p["fingerprint_file"],
+                                   fingerprint_specs(p["fingerprint_components"] or {}, audit))
+    return found
 
 
 def write_textfile(textfile, result, check_mode, now=None):
@@ -767,7 +845,7 @@ def input_errors(p, audit):
 def probe(p, check_mode=False, run_command=None, which=None):
     result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
-                  fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False,
+                  fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False, adoption=None,
                   server_flags={"checked": False, "errors": []},
                   live=None, textfile=None)
     flags = {"memo_key": None, "table": None}
@@ -815,6 +893,14 @@ def probe(p, check_mode=False, run_command=None, which=None):
             reasons.append("service %s not active" % p["service"])
         elif p.get("live"):
             result["live"] = live_reading(p["live"], audit["release"])
+        result["adoption"] = adoption(p, result, reasons, audit, check_mode, run_command, which)
+        if result["adoption"] and result["adoption"]["adopted"]:
+            # What runs is what should run: only its record was missing (written now, or by the next run).
+            reasons.remove(NO_HEALTHY_START)
+            result["changed"] = result["adoption"]["recorded"]
+        elif result["adoption"]:
+            reasons[reasons.index(NO_HEALTHY_START)] += " (not adopted: %s)" % "; ".join(
+                result["adoption"]["blockers"])
         # Every finding changes a fingerprint component (or starts the service).
         result["restart_needed"] = bool(reasons)
     result["compliant"] = not reasons
@@ -862,6 +948,12 @@ def main():
                 request_timeout=dict(type="float", default=30),
                 generate_timeout=dict(type="float", default=120),
                 api_key=dict(type="str", default="", no_log=True),
+            )),
+            adopt=dict(type="dict", options=dict(
+                argv=dict(type="list", elements="str", required=True),
+                env_file=dict(type="path", required=True),
+                paths=dict(type="list", elements="path", default=[]),
+                record=dict(type="bool", default=False),
             )),
             # Consumed by the action plugin on the controller, never sent here (documented for it).
             role_checks=dict(type="bool", default=False),

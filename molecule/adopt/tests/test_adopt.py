@@ -1,0 +1,87 @@
+"""Adopting a running fleet: no restart for a server that already runs what the role would start.
+
+The host is the converged image (0.5.9, its server started at boot by the enabled unit). Its
+record of the last healthy start is taken away, as on a host converged by hand or by another
+tool. The tests run in file order and build on each other:
+
+1. ``--check`` and audit say it would be adopted; remediate adopts it: no restart, the report
+   says ``adopted``, the fingerprint is recorded; the rerun finds it compliant;
+2. the server restarted by hand with one more flag (a runtime drop-in, then gone from disk),
+   record taken away again: remediate restarts it exactly once, on the unit's own command.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from scenario_helpers import PROJECT, UNIT, Run, _quote, run_playbook, starts, wait_until  # noqa: E402
+
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+REMEDIATE = PROJECT / "playbooks" / "remediate.yml"
+AUDIT = PROJECT / "playbooks" / "audit.yml"
+RECORD = "/var/lib/sglang-remediation/running.json"
+DROP_IN = "/run/systemd/system/sglang.service.d/by-hand.conf"
+REPORTS = Path(tempfile.mkdtemp(prefix="adopt-reports-"))
+_runs = []
+
+
+def run(playbook: Path, *args: str) -> Tuple[Run, Dict[str, Any]]:
+    reports = REPORTS / str(len(_runs))
+    result = run_playbook(playbook, args=["-e", "@%s" % DEMO_VARS, *args], env={
+        "ANSIBLE_CALLBACKS_ENABLED": "fleetops.sglang.sglang_report", "SGLANG_REPORT_DIR": str(reports)})
+    _runs.append(result)
+    doc = json.loads((reports / "latest" / "fleet.json").read_text())
+    return result, doc["hosts"][0]
+
+
+def main_pid(host) -> str:
+    return host.check_output("systemctl show -p MainPID --value sglang").strip()
+
+
+def healthy(host) -> bool:
+    return host.run("python3 -c %s" % _quote(
+        "import urllib.request;urllib.request.urlopen('http://127.0.0.1:30000/health_generate', timeout=5)")).rc == 0
+
+
+def test_a_converged_server_without_a_record_is_adopted_without_a_restart(host):
+    wait_until(lambda: healthy(host), 60, "the server started at boot")
+    host.check_output("rm %s" % RECORD)
+    pid, before = main_pid(host), starts(host)
+    for playbook, args, status in ((REMEDIATE, ("--check",), "would adopt"), (AUDIT, (), "would adopt")):
+        result, row = run(playbook, *args)
+        assert result.rc == 0 and row["status"] == status and row["adopted"] is True, (row, result.tail(80))
+        assert not host.file(RECORD).exists
+    result, row = run(REMEDIATE)
+    assert result.rc == 0, result.tail(80)
+    assert row["status"] == "adopted" and row["restarted"] is False and row["adopted"] is True, row
+    assert main_pid(host) == pid and starts(host) == before
+    assert host.file(RECORD).exists and host.file(RECORD).mode == 0o600
+    result, row = run(REMEDIATE)
+    assert result.rc == 0 and result.changed() == 0 and row["status"] == "ok" and row["adopted"] is False, row
+    assert main_pid(host) == pid and starts(host) == before
+
+
+def test_a_server_started_by_hand_with_another_flag_is_restarted_once(host):
+    exec_start = re.search(r"^ExecStart=.*?[^\\]$", host.file(UNIT).content_string, re.M | re.S).group(0)
+    by_hand = exec_start + " \\\n    --log-level debug"
+    host.check_output("mkdir -p %s && printf '%%s\\n' %s %s > %s && systemctl daemon-reload && "
+                      "systemctl restart sglang && rm %s && systemctl daemon-reload && rm %s" % (
+                          str(Path(DROP_IN).parent), _quote("[Service]\nExecStart="), _quote(by_hand), DROP_IN,
+                          DROP_IN, RECORD))
+    wait_until(lambda: healthy(host), 60, "the server started by hand")
+    assert "--log-level debug" in host.check_output("cat /proc/%s/cmdline | tr '\\0' ' '" % main_pid(host))
+    before = starts(host)
+    result, row = run(REMEDIATE)
+    assert result.rc == 0, result.tail(80)
+    assert "not adopted: its command line differs from the unit's" in result.output, result.tail(80)
+    assert row["status"] == "changed" and row["restarted"] is True and row["adopted"] is False, row
+    assert starts(host) == before + 1
+    assert "--log-level debug" not in host.check_output("cat /proc/%s/cmdline | tr '\\0' ' '" % main_pid(host))
+    result, row = run(REMEDIATE)
+    assert result.rc == 0 and result.changed() == 0 and starts(host) == before + 1, result.tail(80)
