@@ -68,7 +68,7 @@ class Stats:
 @pytest.fixture
 def callback(tmp_path, monkeypatch):
     cb = report.CallbackModule()
-    options = {"report_dir": str(tmp_path), "print_rows_max": 50}
+    options = {"report_dir": str(tmp_path), "print_rows_max": 50, "keep": "200"}
     monkeypatch.setattr(cb, "get_option", options.get)
     cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
     return cb
@@ -225,3 +225,35 @@ def test_a_module_failure_with_a_running_container_stays_failed():
 def test_the_run_id_for_the_lease_is_the_report_directory(callback):
     owner, _, name = os.environ[report.RUN_ID_ENV].partition(":")
     assert owner == str(os.getpid()) and name == os.path.basename(callback.run_dir)
+
+
+@pytest.mark.parametrize("keep, left", [("3", ["20261201T000300Z-audit-4", "20261201T000200Z-audit-3"]),
+                                        ("2d", ["20261201T000300Z-audit-4", "20261201T000200Z-audit-3",
+                                                "20261201T000100Z-audit-2", "20261201T000000Z-audit-1"]),
+                                        ("0", None)])
+def test_old_run_folders_are_pruned_latest_and_strangers_never(callback, tmp_path, monkeypatch, keep, left):
+    runs = tmp_path / "runs"
+    old = ["20261201T00%02d00Z-audit-%d" % (i, i + 1) for i in range(4)] + ["20250101T000000Z-audit-9"]
+    for name in old + ["notes", "20261201-not-a-run"]:
+        (runs / name).mkdir(parents=True)
+    now = report.datetime.datetime(2026, 12, 2, tzinfo=report.datetime.timezone.utc)
+    monkeypatch.setattr(report.datetime, "datetime", type("D", (report.datetime.datetime,), {
+        "now": classmethod(lambda cls, tz=None: now)}))
+    options = {"report_dir": str(tmp_path), "print_rows_max": 50, "keep": keep}
+    monkeypatch.setattr(callback, "get_option", options.get)
+    callback.v2_playbook_on_play_start(play(Inventory(["h1"])))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    callback.v2_playbook_on_stats(Stats({}))
+    names = sorted(p.name for p in runs.iterdir())
+    mine = Path(callback.run_dir).name
+    assert mine in names and (tmp_path / "latest" / "fleet.json").exists()
+    assert "notes" in names and "20261201-not-a-run" in names
+    kept = sorted(n for n in names if report.RUN_DIR.match(n) and n != mine)
+    assert kept == sorted(old if left is None else left)
+
+
+def test_a_bad_keep_prunes_nothing_and_says_so():
+    assert report.parse_keep("200") == (200, None) and report.parse_keep("30d")[1].days == 30
+    assert report.parse_keep("0") == (0, None) and report.parse_keep("0d") == (0, None)
+    with pytest.raises(ValueError, match="neither a count"):
+        report.parse_keep("a week")

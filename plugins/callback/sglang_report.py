@@ -54,6 +54,19 @@ options:
     ini:
       - section: sglang_report
         key: print_rows_max
+  keep:
+    description:
+      - How many run folders C(runs/) keeps after each run, newest first: a count (V(200)), or an age in days
+        (V(30d)); V(0) keeps them all. C(latest/) and this run's folder are never pruned, nor anything in
+        C(runs/) that is not a run folder of this callback (C(<UTC time>-<playbook>-<pid>)).
+      - An audit every 15 minutes writes 96 folders a day.
+    type: str
+    default: "200"
+    env:
+      - name: SGLANG_REPORT_KEEP
+    ini:
+      - section: sglang_report
+        key: keep
 requirements:
   - Enable it with C(callbacks_enabled = fleetops.sglang.sglang_report) in the C([defaults]) section of C(ansible.cfg),
     or with C(ANSIBLE_CALLBACKS_ENABLED=fleetops.sglang.sglang_report) in the environment.
@@ -67,8 +80,10 @@ import atexit
 import datetime
 import json
 import os
+import re
+import shutil
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ansible import constants as C
 from ansible import context
@@ -101,6 +116,20 @@ def as_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "1")
     return bool(value)
+
+
+# A run folder's name: <UTC start>-<playbook>-<pid> (_setup_dirs).
+RUN_DIR = re.compile(r"^\d{8}T\d{6}Z-[^/]+-\d+$")
+
+
+def parse_keep(text: str) -> Tuple[int, Optional[datetime.timedelta]]:
+    """(count, max age) of the ``keep`` option: "200" keeps 200 runs, "30d" those of 30 days, "0" all."""
+    text = text.strip().lower()
+    if re.match(r"^\d+d$", text):
+        return 0, datetime.timedelta(days=int(text[:-1])) if int(text[:-1]) else None
+    if re.match(r"^\d+$", text):
+        return int(text), None
+    raise ValueError("keep=%r is neither a count of runs (200) nor days (30d)" % text)
 
 
 # The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
@@ -463,6 +492,7 @@ class CallbackModule(CallbackBase):
             self.result = "complete"
         self.finished = True
         md = self._write() or ""
+        self._prune()
         limit = int(self.get_option("print_rows_max"))
         if len(self.rows) > limit:
             md = md.split("\n## Hosts\n", 1)[0]
@@ -470,6 +500,30 @@ class CallbackModule(CallbackBase):
         self._display.display(md)
         self._display.display("report: %s/{fleet.json,fleet.md} (copy in %s)" % (
             os.path.join(self.base_dir, "latest"), self.run_dir))
+
+    def _prune(self) -> List[str]:
+        """Remove the run folders that ``keep`` no longer keeps; the removed names."""
+        try:
+            count, max_age = parse_keep(str(self.get_option("keep")))
+        except ValueError as exc:
+            self._display.warning("sglang_report: %s; nothing pruned" % exc)
+            return []
+        runs = os.path.join(self.base_dir, "runs")
+        try:
+            names = sorted((n for n in os.listdir(runs) if RUN_DIR.match(n)), reverse=True)
+        except OSError:
+            return []
+        now = datetime.datetime.now(datetime.timezone.utc)
+        removed = []
+        for pos, name in enumerate(names):
+            path = os.path.join(runs, name)
+            if path == self.run_dir:
+                continue
+            started = datetime.datetime.strptime(name[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.timezone.utc)
+            if (count and pos >= count) or (max_age is not None and now - started > max_age):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(name)
+        return removed
 
     def _at_exit(self) -> None:
         """Ctrl-C or a crash: leave a report that says so rather than one that says running."""
