@@ -257,3 +257,61 @@ def test_a_bad_keep_prunes_nothing_and_says_so():
     assert report.parse_keep("0") == (0, None) and report.parse_keep("0d") == (0, None)
     with pytest.raises(ValueError, match="neither a count"):
         report.parse_keep("a week")
+
+
+class GroupInventory(Inventory):
+    """An inventory whose pattern "sglang:!sglang_maintenance:!h3" is resolved as Ansible would."""
+
+    def __init__(self, hosts, maintenance):
+        super().__init__(hosts)
+        self.groups = {"sglang_maintenance": SimpleNamespace(
+            get_hosts=lambda: [SimpleNamespace(get_name=lambda n=n: n) for n in maintenance])}
+
+    def get_hosts(self, pattern, ignore_restrictions=False):
+        parts = pattern.split(":")
+        out = set(p[1:] for p in parts if p.startswith("!"))
+        out |= {h.get_name() for h in self.groups["sglang_maintenance"].get_hosts()} if "!sglang_maintenance" in parts else set()
+        names = [n for n in self.hosts if n not in out]
+        return [SimpleNamespace(get_name=lambda n=n: n) for n in names]
+
+
+def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
+    inv = GroupInventory(["h1", "h2", "h3", "h4"], maintenance=["h2"])
+    probe = play(inv, _sglang_fleet_probe=True)
+    probe.hosts = "sglang:!sglang_maintenance:!h3"
+    probe._variable_manager.extra_vars = {"sglang_skip_hosts": ["h3"]}
+    callback.v2_playbook_on_play_start(probe)
+    callback.v2_runner_on_ok(result("h1", fact("h1", restarted=False, restart_needed=False)))
+    callback.v2_runner_on_unreachable(result("h4", {"msg": "ssh: connect to host h4 port 22: Connection refused"}))
+    callback.v2_playbook_on_stats(Stats({}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert rows["h2"]["status"] == rows["h3"]["status"] == "skipped (maintenance)"
+    # Not listed: an unreachable host still needs attention.
+    assert rows["h4"]["status"] == "unreachable" and doc["run"]["result"] == "failed"
+    attention = md.split("## Needs attention", 1)[1].split("## Hosts", 1)[0]
+    assert "h4" in attention and "h2" not in attention and "h3" not in attention
+    # A user's own exclusion is not a maintenance skip.
+    cb = report.CallbackModule()
+    cb.get_option = {"report_dir": str(tmp_path / "own"), "print_rows_max": 50, "keep": "0"}.get
+    cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
+    own = play(GroupInventory(["h1", "h2"], maintenance=[]), _sglang_fleet_probe=True)
+    own.hosts = "sglang:!h2:!sglang_maintenance"
+    own._variable_manager.extra_vars = {}
+    cb.v2_playbook_on_play_start(own)
+    assert "h2" not in cb.rows
+
+
+def test_the_fleet_pattern_leaves_the_known_out_hosts_out():
+    import importlib.util as iu
+    spec = iu.spec_from_file_location("sglang_filters", ROOT / "plugins" / "filter" / "sglang.py")
+    filters = iu.module_from_spec(spec)
+    spec.loader.exec_module(filters)
+    pattern = filters.fleet_pattern
+    assert pattern("sglang") == "sglang:!sglang_maintenance"
+    assert pattern("sglang", ["gpu-17", "gpu-2.example.internal"]) == \
+        "sglang:!sglang_maintenance:!gpu-17:!gpu-2.example.internal"
+    assert pattern("canary", "gpu-1, gpu-2") == "canary:!sglang_maintenance:!gpu-1:!gpu-2"
+    for bad in (3, ["gpu 1"], [None], {"gpu-1": True}):
+        with pytest.raises(Exception, match="sglang_skip_hosts="):
+            pattern("sglang", bad)

@@ -22,6 +22,8 @@ description:
     C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
   - A play with the variable C(_sglang_fleet_probe=true) (the playbooks' probe pass over every host) adds its hosts
     without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
+  - Hosts the playbooks leave out because they are known to be out (the group C(sglang_maintenance), the extra
+    variable C(sglang_skip_hosts)) get the status C(skipped (maintenance)); they need no attention.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
   - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
@@ -56,7 +58,7 @@ options:
         key: print_rows_max
   keep:
     description:
-      - How many run folders C(runs/) keeps after each run, newest first: a count (V(200)), or an age in days
+      - How many run folders C(runs/) keeps after each run, newest first; a count (V(200)), or an age in days
         (V(30d)); V(0) keeps them all. C(latest/) and this run's folder are never pruned, nor anything in
         C(runs/) that is not a run folder of this callback (C(<UTC time>-<playbook>-<pid>)).
       - An audit every 15 minutes writes 96 folders a day.
@@ -93,7 +95,12 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio impo
 FACT = "sglang_remediation"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
 ATTENTION = ("failed", "unreachable", "aborted", "not reached")
-STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok")
+# A host known to be out (group sglang_maintenance, or -e sglang_skip_hosts): the playbooks' host
+# patterns leave it out, it counts against no limit, and its row says so.
+SKIPPED = "skipped (maintenance)"
+MAINTENANCE_GROUP = "sglang_maintenance"
+STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok",
+                            SKIPPED)
 
 
 def plain(value: Any) -> Any:
@@ -134,6 +141,23 @@ def parse_keep(text: str) -> Tuple[int, Optional[datetime.timedelta]]:
 
 # The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
 RUN_ID_ENV = "SGLANG_RUN_ID"
+
+
+def known_out(play: Any, inventory: Any, pattern: Any, targeted: List[str]) -> List[str]:
+    """The hosts of the play's pattern, without its exclusions, that it leaves out because they are known
+    to be out: in the group sglang_maintenance or in the extra var sglang_skip_hosts."""
+    if isinstance(pattern, (list, tuple)):
+        pattern = ":".join(str(p) for p in pattern)
+    if not isinstance(pattern, str) or ":!" not in pattern:
+        return []
+    positive = ":".join(p for p in pattern.split(":") if not p.startswith("!"))
+    group = (getattr(inventory, "groups", None) or {}).get(MAINTENANCE_GROUP)
+    out = {h.get_name() for h in group.get_hosts()} if group is not None else set()
+    extra = getattr(getattr(play, "_variable_manager", None), "extra_vars", None) or {}
+    skip = extra.get("sglang_skip_hosts") or []
+    out |= {str(h) for h in skip} if isinstance(skip, (list, tuple)) else set()
+    return [h.get_name() for h in inventory.get_hosts(positive, ignore_restrictions=True)
+            if h.get_name() in out and h.get_name() not in targeted]
 
 
 def unreachable_reason(result: Mapping) -> Optional[str]:
@@ -413,6 +437,9 @@ class CallbackModule(CallbackBase):
         batch = [h.get_name() for h in inventory.get_hosts(pattern)]
         for host in everyone:
             self._row(host)
+        for host in known_out(play, inventory, pattern, everyone):
+            if host not in self.rows:
+                self._row(host)["status"] = SKIPPED
         if probe_pass or not batch:
             # The fleet's probe pass (every host at once) is not a batch: a compliant host
             # ends there, the others stay "not reached" until their batch starts. Nor is

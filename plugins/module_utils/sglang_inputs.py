@@ -159,6 +159,7 @@ OTHER_NAMES: Dict[str, str] = {
     "sglang_max_fail_percentage": "the playbooks' failure limit",
     "sglang_any_errors_fatal": "the playbooks' any_errors_fatal",
     "sglang_target_hosts": "the playbooks' host pattern",
+    "sglang_skip_hosts": "the playbooks' known-out hosts (with the group sglang_maintenance)",
     "sglang_fleet_report": "a play that the report callback takes part in",
     "sglang_drain_flag": "the example drain hooks' flag file",
     "sglang_drain_seconds": "the example drain hook's wait",

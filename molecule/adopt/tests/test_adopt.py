@@ -7,11 +7,14 @@ tool. The tests run in file order and build on each other:
 1. ``--check`` and audit say it would be adopted; remediate adopts it: no restart, the report
    says ``adopted``, the fingerprint is recorded; the rerun finds it compliant;
 2. the server restarted by hand with one more flag (a runtime drop-in, then gone from disk),
-   record taken away again: remediate restarts it exactly once, on the unit's own command.
+   record taken away again: remediate restarts it exactly once, on the unit's own command;
+3. the host known to be out (group sglang_maintenance, or sglang_skip_hosts): remediate with a
+   change pending and audit leave it alone, and the report says ``skipped (maintenance)``.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import tempfile
@@ -29,6 +32,7 @@ RECORD = "/var/lib/sglang-remediation/running.json"
 DROP_IN = "/run/systemd/system/sglang.service.d/by-hand.conf"
 REPORTS = Path(tempfile.mkdtemp(prefix="adopt-reports-"))
 _runs = []
+NAME = "%s-adopt-%s" % (os.environ.get("SGLANG_TESTBED_PREFIX", "sglang"), os.environ.get("MOLECULE_DISTRO", "bookworm"))
 
 
 def run(playbook: Path, *args: str) -> Tuple[Run, Dict[str, Any]]:
@@ -85,3 +89,16 @@ def test_a_server_started_by_hand_with_another_flag_is_restarted_once(host):
     assert "--log-level debug" not in host.check_output("cat /proc/%s/cmdline | tr '\\0' ' '" % main_pid(host))
     result, row = run(REMEDIATE)
     assert result.rc == 0 and result.changed() == 0 and starts(host) == before + 1, result.tail(80)
+
+
+def test_a_host_known_to_be_out_is_left_alone_and_reported_skipped(host, tmp_path):
+    maintenance = tmp_path / "maintenance.yml"
+    maintenance.write_text("all:\n  children:\n    sglang_maintenance:\n      hosts:\n        %s: {}\n" % NAME)
+    unit, pid, before = host.file(UNIT).content_string, main_pid(host), starts(host)
+    change = ("-e", "sglang_speculative_num_steps=7", "-e", "sglang_speculative_num_draft_tokens=8")
+    for playbook, args in ((REMEDIATE, ("-i", str(maintenance)) + change), (REMEDIATE, ("-e", "sglang_skip_hosts=%s" % NAME) + change),
+                           (AUDIT, ("-i", str(maintenance)))):
+        result, row = run(playbook, *args)
+        assert result.rc == 0, result.tail(80)
+        assert row["status"] == "skipped (maintenance)", row
+    assert host.file(UNIT).content_string == unit and main_pid(host) == pid and starts(host) == before
