@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as _values
@@ -100,8 +101,6 @@ def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
     """The playbooks' host pattern: ``target`` without the known-out hosts (the group
     sglang_maintenance and ``skip_hosts``, sglang_skip_hosts: a list of inventory names or a
     comma-separated string), which the rollout neither touches nor counts."""
-    from ansible.errors import AnsibleFilterError
-
     if isinstance(skip_hosts, str):
         skip_hosts = [h.strip() for h in skip_hosts.split(",") if h.strip()]
     if skip_hosts is None:
