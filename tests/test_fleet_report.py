@@ -279,7 +279,7 @@ def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
     inv = GroupInventory(["h1", "h2", "h3", "h4"], maintenance=["h2"])
     probe = play(inv, _sglang_fleet_probe=True)
     probe.hosts = "sglang:!sglang_maintenance:!h3"
-    probe._variable_manager.extra_vars = {"sglang_skip_hosts": ["h3"]}
+    probe._variable_manager.extra_vars = {"sglang_skip_hosts": "h3"}  # -e sglang_skip_hosts=h3
     callback.v2_playbook_on_play_start(probe)
     callback.v2_runner_on_ok(result("h1", fact("h1", restarted=False, restart_needed=False)))
     callback.v2_runner_on_unreachable(result("h4", {"msg": "ssh: connect to host h4 port 22: Connection refused"}))

@@ -91,6 +91,7 @@ from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_rows import MAINTENANCE_GROUP, skip_host_names
 
 FACT = "sglang_remediation"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
@@ -98,7 +99,6 @@ ATTENTION = ("failed", "unreachable", "aborted", "not reached")
 # A host known to be out (group sglang_maintenance, or -e sglang_skip_hosts): the playbooks' host
 # patterns leave it out, it counts against no limit, and its row says so.
 SKIPPED = "skipped (maintenance)"
-MAINTENANCE_GROUP = "sglang_maintenance"
 STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok",
                             SKIPPED)
 
@@ -154,8 +154,10 @@ def known_out(play: Any, inventory: Any, pattern: Any, targeted: List[str]) -> L
     group = (getattr(inventory, "groups", None) or {}).get(MAINTENANCE_GROUP)
     out = {h.get_name() for h in group.get_hosts()} if group is not None else set()
     extra = getattr(getattr(play, "_variable_manager", None), "extra_vars", None) or {}
-    skip = extra.get("sglang_skip_hosts") or []
-    out |= {str(h) for h in skip} if isinstance(skip, (list, tuple)) else set()
+    try:
+        out |= set(skip_host_names(extra.get("sglang_skip_hosts")))
+    except ValueError:
+        pass  # the play's host pattern refused it already (fleetops.sglang.fleet_pattern)
     return [h.get_name() for h in inventory.get_hosts(positive, ignore_restrictions=True)
             if h.get_name() in out and h.get_name() not in targeted]
 

@@ -93,23 +93,15 @@ def service_paths(home: str, model_paths: list[Any], environment: Any = None) ->
     return _service.service_paths(home, model_paths, environment)
 
 
-MAINTENANCE_GROUP = "sglang_maintenance"
-_HOST_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
-
-
 def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
     """The playbooks' host pattern: ``target`` without the known-out hosts (the group
     sglang_maintenance and ``skip_hosts``, sglang_skip_hosts: a list of inventory names or a
     comma-separated string), which the rollout neither touches nor counts."""
-    if isinstance(skip_hosts, str):
-        skip_hosts = [h.strip() for h in skip_hosts.split(",") if h.strip()]
-    if skip_hosts is None:
-        skip_hosts = []
-    if not isinstance(skip_hosts, (list, tuple)) or not all(isinstance(h, str) and _HOST_NAME.match(h)
-                                                            for h in skip_hosts):
-        raise AnsibleFilterError("sglang_skip_hosts=%r is not a list of inventory host names; accepted: a list "
-                                 "(or a comma-separated string) of host names, e.g. [\"gpu-17\"]" % (skip_hosts,))
-    return ":".join([str(target), "!" + MAINTENANCE_GROUP] + ["!" + h for h in skip_hosts])
+    try:
+        names = _rows.skip_host_names(skip_hosts)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc))
+    return ":".join([str(target), "!" + _rows.MAINTENANCE_GROUP] + ["!" + h for h in names])
 
 
 class FilterModule:

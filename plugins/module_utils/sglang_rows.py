@@ -16,6 +16,7 @@ Standard library only.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Dict, List, Mapping, Optional
 
 # The file the engine patches, as the change set's lines name it (by its path's end).
@@ -241,3 +242,20 @@ def noncompliant(rows: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
 def by_host(hosts: List[str], rows: List[Optional[Mapping[str, Any]]]) -> Dict[str, Any]:
     """Hosts and their rows zipped, in play order (the filter's two inputs)."""
     return dict(zip(hosts, rows))
+
+
+# Hosts known to be out: this inventory group, and the playbooks' sglang_skip_hosts.
+MAINTENANCE_GROUP = "sglang_maintenance"
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
+
+
+def skip_host_names(value: Any) -> List[str]:
+    """sglang_skip_hosts as host names: a list of them, or one comma-separated string; ValueError else."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [h.strip() for h in value.split(",") if h.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(h, str) and _HOST_NAME.match(h) for h in value):
+        raise ValueError("sglang_skip_hosts=%r is not a list of inventory host names; accepted: a list (or a "
+                         "comma-separated string) of host names, e.g. [\"gpu-17\"]" % (value,))
+    return list(value)
