@@ -245,7 +245,7 @@ options:
         default: []
       record:
         description:
-          - Record the fingerprint of an adopted server (RV(changed=true)). V(false) only says it would be
+          - Record the fingerprint of an adopted server (the result is then C(changed)). V(false) only says it would be
             adopted (audits); check mode never records.
         type: bool
         default: false
