@@ -14,7 +14,9 @@ a Vault file would give them. The tests run in file order and build on each othe
 5. a server that refuses the key right after its restart fails the run, keeps the files (no
    rollback) and restarts nothing more on the next runs;
 6. each key is looked for everywhere: files, every process's command line, ``systemctl show``,
-   the journal, every run's output and report.
+   the journal, every run's output and report;
+7. the keys removed: ``--check`` says the file would change, then one restart removes the file and
+   ``--config``, and the rerun changes nothing.
 """
 from __future__ import annotations
 
@@ -192,4 +194,20 @@ def test_each_key_is_only_in_its_0640_file_and_the_root_only_change_sets(host):
             assert key not in output
         for path in written:
             assert key not in path.read_text(errors="replace"), path
+    shutil.rmtree(REPORTS, ignore_errors=True)
+
+
+def test_removing_the_keys_removes_the_file_and_the_flag_and_restarts_once(host):
+    """Runs last: the keys go, and the server serves without one (the file's removal is a change)."""
+    before = starts(host)
+    result, _row = run(REMEDIATE, "", "", ("--check",))
+    assert result.rc == 0 and "API key file would change" in result.output, result.tail(120)
+    assert host.file(KEYS_FILE).exists and starts(host) == before
+    result, row = run(REMEDIATE, "", "")
+    assert result.rc == 0 and row["status"] == "changed" and row["restarted"] is True, result.tail(120)
+    assert starts(host) == before + 1
+    assert not host.file(KEYS_FILE).exists and "--config" not in host.file(UNIT).content_string
+    assert status(host, "/server_info") == 200
+    result, _row = run(REMEDIATE, "", "")
+    assert result.rc == 0 and result.changed() == 0 and starts(host) == before + 1, result.tail(120)
     shutil.rmtree(REPORTS, ignore_errors=True)
