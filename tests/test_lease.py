@@ -136,3 +136,60 @@ def test_taking_the_lease_creates_the_state_directory_0700_or_fixes_its_mode(tmp
     fixed = lease.LeaseFile(str(state / "lease.json"))
     fixed.acquire(me, ttl=60, wait=0)
     assert fixed.dir_changed is True and (state.stat().st_mode & 0o7777) == 0o700
+
+
+# --- heartbeats across controllers, and breaking a lease (issue 26, part 7) ------------------
+def test_a_lease_whose_heartbeat_is_older_than_stale_is_taken_over_from_any_controller():
+    quiet = dict(OTHER, heartbeat=NOW - 400)
+    verdict, why = lease.decide(quiet, ME, NOW, ttl=7200, stale=300)
+    assert verdict == lease.STALE and "last heartbeat is 400s old" in why
+    assert "sglang_lock_stale_seconds=300s" in why
+    # A fresh heartbeat keeps an old lease held (a long model load is not a dead run).
+    assert lease.decide(dict(OTHER, taken_at=NOW - 3000, heartbeat=NOW - 10), ME, NOW, ttl=7200,
+                        stale=300) == (lease.HELD, "")
+    # A lease of 1.x has no heartbeat: its age counts from when it was taken.
+    assert lease.decide(dict(OTHER, taken_at=NOW - 400), ME, NOW, ttl=7200, stale=300)[0] == lease.STALE
+
+
+def test_the_holder_message_gives_the_last_heartbeat():
+    text = lease.describe(dict(OTHER, heartbeat=NOW - 7), NOW)
+    assert "bastion-2" in text and "last heartbeat 7s ago" in text
+
+
+def test_beat_refreshes_only_the_holders_own_lease(tmp_path):
+    path = str(tmp_path / "lease.json")
+    ours = lease.LeaseFile(path)
+    ours.try_acquire(ME, NOW, ttl=7200)
+    assert json.loads(open(path).read())["heartbeat"] == NOW
+    assert lease.beat({"path": path, "run_id": ME["run_id"]}, now=NOW + 50) is True
+    held = json.loads(open(path).read())
+    assert held["heartbeat"] == NOW + 50 and held["taken_at"] == NOW
+    assert lease.beat({"path": path, "run_id": OTHER["run_id"]}, now=NOW + 60) is False
+    assert json.loads(open(path).read())["heartbeat"] == NOW + 50
+    assert lease.beat(None) is False and lease.beat({"path": str(tmp_path / "none.json"), "run_id": "x"}) is False
+
+
+def test_break_removes_anyones_lease_and_records_who_why_and_whose(tmp_path):
+    path = tmp_path / "lease.json"
+    path.write_text(json.dumps(dict(OTHER, heartbeat=NOW - 5)))
+    got = lease.LeaseFile(str(path)).break_lease(ME, "AWX job 4711 cancelled", NOW)
+    assert got["broken"] and got["previous"]["run_id"] == OTHER["run_id"] and not path.exists()
+    entry = json.loads((tmp_path / lease.BREAK_LOG).read_text().splitlines()[-1])
+    assert entry["reason"] == "AWX job 4711 cancelled" and entry["by"]["run_id"] == ME["run_id"]
+    assert entry["holder"]["controller"] == "bastion-2" and entry["at"] == NOW
+    assert oct(os.stat(tmp_path / lease.BREAK_LOG).st_mode & 0o777) == "0o600"
+    assert lease.LeaseFile(str(path)).break_lease(ME, "again", NOW)["broken"] is False
+
+
+def test_the_module_breaks_a_lease_only_with_a_reason(tmp_path):
+    from conftest import MODULES, run_module
+    path = tmp_path / "state" / "lease.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(dict(OTHER, heartbeat=NOW - 5)))
+    rc, res = run_module(MODULES / "sglang_lease.py", tmp_path, dict(path=str(path), state="broken", holder=ME,
+                                                                      reason="  "))
+    assert rc != 0 and "reason is required" in res["msg"] and path.exists()
+    rc, res = run_module(MODULES / "sglang_lease.py", tmp_path, dict(path=str(path), state="broken", holder=ME,
+                                                                      reason="controller lost"))
+    assert rc == 0 and res["broken"] and res["changed"] and res["previous"]["run_id"] == OTHER["run_id"]
+    assert "broke the lease of run %s" % OTHER["run_id"] in json.dumps(res.get("warnings")), res

@@ -96,9 +96,9 @@ class ActionModule(ActionBase):
 
         if state != "acquired" or self._task.check_mode:
             # In check mode even a release only reads (the module would not write either).
-            call_state = "released" if state == "released" and not self._task.check_mode else "inspect"
+            call_state = state if state in ("released", "broken") and not self._task.check_mode else "inspect"
             res = self._call(dict(args, state=call_state), task_vars)
-            if res.get("held_by_other") and state != "released":
+            if res.get("held_by_other") and state not in ("released", "broken"):
                 # Through the display: a result's "warnings" take Ansible's own objects, not strings.
                 self._display.warning("%s: another run holds this host's lease: %s. Audits and check mode neither "
                                       "take nor wait for it, so what this run read may be in the middle of that "

@@ -23,3 +23,25 @@ attributes:
   platform:
     platforms: posix
 """
+
+    # The heartbeat a long step sends to the run's lease (module_utils/sglang_lease.beat):
+    # extends_documentation_fragment: fleetops.sglang.common.lease
+    LEASE = r"""
+options:
+  lease:
+    description:
+      - The run's lease on this host (C(path), the lease file, and C(run_id), the run that holds it). When given, the
+        call refreshes that lease's heartbeat first, so that another controller does not take a long run's lease
+        over as stale (M(fleetops.sglang.sglang_lease), O(fleetops.sglang.sglang_lease#module:stale)). A lease held
+        by another run, or none, is left alone.
+    type: dict
+    suboptions:
+      path:
+        description: The lease file.
+        type: path
+        required: true
+      run_id:
+        description: The run id of this run's lease.
+        type: str
+        required: true
+"""

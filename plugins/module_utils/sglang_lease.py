@@ -8,8 +8,15 @@ restarts must not back up, patch and restart the same host at once. A writing
 run takes the host's lease once its probe found work to do and gives it back
 after the report. The lease is a small JSON file naming its holder (run id,
 controller host, user, controller pid, when the run started and when the lease
-was taken); the read-decide-write is serialised with flock on a guard file, so
-two runs that arrive together cannot both take it.
+was taken) and a heartbeat its holder refreshes while it runs (each gate poll
+and the patch step call :func:`beat`); the read-decide-write is serialised with
+flock on a guard file, so two runs that arrive together cannot both take it.
+
+A lease is judged from any controller: one whose heartbeat is older than
+sglang_lock_stale_seconds (a run killed with its AWX pod, a controller that
+died) is taken over with a warning naming the old holder, as is one older than
+sglang_lock_ttl. :meth:`LeaseFile.break_lease` frees a host explicitly, recording
+who did it, why, and whom it removed in ``lease-breaks.jsonl`` next to it.
 
 The decision is a pure function (``decide``) over the observed lease, so that it
 is tested without a host; the file handling is kept apart in ``LeaseFile``.
@@ -26,7 +33,11 @@ import time
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 # What a holder carries; run_id is the identity, the rest is for the message.
-HOLDER_KEYS = ("run_id", "controller", "user", "pid", "started", "taken_at")
+HOLDER_KEYS = ("run_id", "controller", "user", "pid", "started", "taken_at", "heartbeat")
+# Default seconds without a heartbeat after which a lease is stale: longer than the longest step
+# that refreshes none (the install: pip of SGLang and its dependencies).
+DEFAULT_STALE = 1800
+BREAK_LOG = "lease-breaks.jsonl"
 FREE, OURS, HELD, STALE = "free", "ours", "held", "stale"
 
 
@@ -61,6 +72,15 @@ def age(holder: Mapping[str, Any], now: float) -> Optional[float]:
         return None
 
 
+def silence(holder: Mapping[str, Any], now: float) -> Optional[float]:
+    """Seconds since the holder's last heartbeat (a lease of 1.x has none: since it was taken)."""
+    try:
+        return now - float(holder.get("heartbeat") if holder.get("heartbeat") not in (None, "") else
+                           holder.get("taken_at"))
+    except (TypeError, ValueError):
+        return None
+
+
 def describe(holder: Mapping[str, Any], now: Optional[float] = None) -> str:
     """The holder as an operator needs it to find that run: id, where, who, since when."""
     text = "run %s by %s@%s (controller pid %s), run started %s, lease taken %s" % (
@@ -71,11 +91,14 @@ def describe(holder: Mapping[str, Any], now: Optional[float] = None) -> str:
     held = age(holder, now) if now is not None else None
     if held is not None:
         text += " (%ds ago)" % max(0, int(held))
+    quiet = silence(holder, now) if now is not None and holder.get("heartbeat") not in (None, "") else None
+    if quiet is not None:
+        text += ", last heartbeat %ds ago" % max(0, int(quiet))
     return text
 
 
 def decide(current: Optional[Mapping[str, Any]], me: Mapping[str, Any], now: float, ttl: float,
-           takeover: str = "") -> Tuple[str, str]:
+           takeover: str = "", stale: float = DEFAULT_STALE) -> Tuple[str, str]:
     """(verdict, why) for a run that wants the lease.
 
     ``takeover`` is the run id the controller found dead (a process that no longer
@@ -91,10 +114,24 @@ def decide(current: Optional[Mapping[str, Any]], me: Mapping[str, Any], now: flo
         return STALE, "its holder records no time it took it"
     if held > ttl:
         return STALE, "it is %ds old, older than sglang_lock_ttl=%ds" % (int(held), int(ttl))
+    quiet = silence(current, now)
+    if quiet is not None and quiet > stale:
+        return STALE, ("its holder's last heartbeat is %ds old, older than sglang_lock_stale_seconds=%ds: that run "
+                       "is gone (killed, or its controller lost)" % (int(quiet), int(stale)))
     if takeover and current.get("run_id") == takeover:
         return STALE, "its controller process %s no longer exists on %s" % (
             current.get("pid"), current.get("controller"))
     return HELD, ""
+
+
+def beat(lease: Optional[Mapping[str, Any]], now: Optional[float] = None) -> bool:
+    """The heartbeat other modules send while they run (``lease``: {path, run_id}, or None)."""
+    if not lease or not lease.get("path") or not lease.get("run_id"):
+        return False
+    try:
+        return LeaseFile(str(lease["path"])).beat(str(lease["run_id"]), time.time() if now is None else now)
+    except OSError:
+        return False  # a heartbeat is never worth failing the step it rides on
 
 
 def held_message(current: Mapping[str, Any], waited: float, now: float) -> str:
@@ -156,7 +193,8 @@ class LeaseFile:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
-    def try_acquire(self, me: Mapping[str, Any], now: float, ttl: float, takeover: str = "") -> Dict[str, Any]:
+    def try_acquire(self, me: Mapping[str, Any], now: float, ttl: float, takeover: str = "",
+                    stale: float = DEFAULT_STALE) -> Dict[str, Any]:
         """One attempt under the guard: take a free, own or stale lease; report a held one."""
         fd = self._guarded()
         try:
@@ -164,7 +202,7 @@ class LeaseFile:
             if current is None and problem:
                 verdict, why = STALE, problem
             else:
-                verdict, why = decide(current, me, now, ttl, takeover)
+                verdict, why = decide(current, me, now, ttl, takeover, stale)
             if verdict == HELD:
                 return {"acquired": False, "holder": current, "previous": None, "why": ""}
             taken = dict(me)
@@ -172,6 +210,7 @@ class LeaseFile:
                 taken["taken_at"] = current.get("taken_at")
             else:
                 taken["taken_at"] = now
+            taken["heartbeat"] = now
             self._write(taken)
             return {"acquired": True, "holder": taken,
                     "previous": current if verdict == STALE else None,
@@ -180,14 +219,47 @@ class LeaseFile:
             os.close(fd)
 
     def acquire(self, me: Mapping[str, Any], ttl: float, wait: float, takeover: str = "",
-                poll: float = 0.5, clock=time.time, sleep=time.sleep) -> Dict[str, Any]:
+                poll: float = 0.5, clock=time.time, sleep=time.sleep, stale: float = DEFAULT_STALE) -> Dict[str, Any]:
         """Try, then retry every ``poll`` seconds for up to ``wait`` seconds."""
         deadline = clock() + max(0.0, wait)
         while True:
-            result = self.try_acquire(me, clock(), ttl, takeover)
+            result = self.try_acquire(me, clock(), ttl, takeover, stale)
             if result["acquired"] or clock() >= deadline:
                 return result
             sleep(min(poll, max(0.0, deadline - clock())))
+
+    def beat(self, run_id: str, now: float) -> bool:
+        """Refresh the heartbeat of a lease ``run_id`` holds; anyone else's (or none) is left alone."""
+        if not run_id or not os.path.exists(self.path):
+            return False
+        fd = self._guarded()
+        try:
+            current, _problem = self.read()
+            if current is None or current.get("run_id") != run_id:
+                return False
+            current["heartbeat"] = now
+            self._write(current)
+            return True
+        finally:
+            os.close(fd)
+
+    def break_lease(self, me: Mapping[str, Any], reason: str, now: float) -> Dict[str, Any]:
+        """Free the host whoever holds it, and record who broke whose lease and why."""
+        if not os.path.isdir(os.path.dirname(self.path) or "."):
+            return {"broken": False, "previous": None}
+        fd = self._guarded()
+        try:
+            current, problem = self.read()
+            if current is None and not problem:
+                return {"broken": False, "previous": None}
+            entry = {"at": now, "by": dict(me), "reason": reason, "holder": current, "unreadable": problem or None}
+            log = os.path.join(os.path.dirname(self.path) or ".", BREAK_LOG)
+            with open(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(entry, sort_keys=True) + "\n")
+            os.unlink(self.path)
+            return {"broken": True, "previous": current}
+        finally:
+            os.close(fd)
 
     def release(self, me: Mapping[str, Any]) -> Dict[str, Any]:
         """Give the lease back; a lease someone else holds now is left alone."""

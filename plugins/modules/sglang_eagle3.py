@@ -16,6 +16,7 @@ version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - fleetops.sglang.common
+  - fleetops.sglang.common.lease
 description:
   - In one call per host, finds SGLang in a virtualenv, classifies C(deepseek_v2.py) (and on
     0.5.4.post2 ... 0.5.10.post1 the CUDA-graph companion files) as pristine, ours or drift
@@ -354,6 +355,7 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS
@@ -371,10 +373,14 @@ def main():
             python=dict(type="path"),
             memo_file=dict(type="path"),
             changeset=dict(type="path"),
+            lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
+                                                 run_id=dict(type="str", required=True))),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    # A long step first tells other controllers that this run is alive (sglang_lease.beat).
+    beat(p["lease"])
     # layer_ids is taken raw so the engine, not Ansible's coercion, judges "2" or true.
     req = Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state=p["state"],

@@ -16,6 +16,7 @@ version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - fleetops.sglang.common
+  - fleetops.sglang.common.lease
 description:
   - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
     answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
@@ -225,6 +226,7 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import (
     authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge, read_key_file, redacted,
     tokens_per_s)
@@ -261,10 +263,14 @@ def main():
                 components=dict(type="dict", required=True),
                 state_file=dict(type="path", required=True),
             )),
+            lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
+                                                 run_id=dict(type="str", required=True))),
         ),
         supports_check_mode=True,
     )
     p = module.params
+    # A long step first tells other controllers that this run is alive (sglang_lease.beat).
+    beat(p["lease"])
     base = p["url"].rstrip("/")
     ready, status, polls, error = wait_healthy(base, p["wait"], p["delay"], p["request_timeout"])
     result = dict(changed=False, ready=ready, status=status, polls=polls, last_error=error)

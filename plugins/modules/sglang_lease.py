@@ -23,7 +23,13 @@ description:
   - O(state=acquired) waits up to O(wait) seconds for a lease another run holds. A lease older than
     O(ttl), an unreadable one, or one whose run id is O(takeover) is taken over, and the module
     warns which holder it replaced.
+  - A lease records a heartbeat that its holder refreshes while it runs (M(fleetops.sglang.sglang_gate) on every
+    poll, M(fleetops.sglang.sglang_eagle3) after the install, through their O(fleetops.sglang.sglang_gate#module:lease)
+    option). A lease whose heartbeat is older than O(stale) seconds is taken over from any controller, with a warning
+    naming the old holder.
   - O(state=released) removes the lease when this run holds it, and leaves anyone else's alone.
+  - O(state=broken) frees the host whoever holds the lease (playbooks/lease_break.yml) and appends who broke it, why
+    (O(reason)) and whose lease it was to C(lease-breaks.jsonl) next to the lease file.
   - O(state=inspect) only reads it (audits and check mode never take or wait for the lease).
   - The action plugin of the same name fills O(holder) from the controller (run id, host name,
     user, pid, start of the run), turns O(wait) into a wait of up to O(timeout) seconds, takes over
@@ -47,9 +53,10 @@ options:
     required: true
   state:
     description:
-      - V(acquired) takes the lease (waiting as described), V(released) gives it back, V(inspect) only reads it.
+      - V(acquired) takes the lease (waiting as described), V(released) gives it back, V(inspect) only reads it,
+        V(broken) removes it whoever holds it and records why.
     type: str
-    choices: [acquired, released, inspect]
+    choices: [acquired, released, inspect, broken]
     default: acquired
   holder:
     description:
@@ -62,6 +69,15 @@ options:
         than the longest run holds one host.
     type: int
     default: 7200
+  stale:
+    description:
+      - Seconds without a heartbeat after which a lease is taken over with a warning (C(sglang_lock_stale_seconds)).
+        Longer than the longest step that sends none, the install.
+    type: int
+    default: 1800
+  reason:
+    description: Why the lease is broken (O(state=broken), required there); recorded with who broke it.
+    type: str
   wait:
     description: Seconds this call waits for a held lease before it returns (C(acquired=false)).
     type: int
@@ -92,6 +108,12 @@ EXAMPLES = r"""
     path: /var/lib/sglang-remediation/lease.json
     state: released
 
+- name: Free a host whose run is known to be gone, saying why
+  fleetops.sglang.sglang_lease:
+    path: /var/lib/sglang-remediation/lease.json
+    state: broken
+    reason: "AWX job 4711 was cancelled mid-run (INC-2231)"
+
 - name: Say whether another run holds the host (audits, check mode)
   fleetops.sglang.sglang_lease:
     path: /var/lib/sglang-remediation/lease.json
@@ -120,6 +142,12 @@ holder:
     pid: 4242
     started: 1796128050
     taken_at: 1796128062
+    heartbeat: 1796128120
+broken:
+  description: Whether O(state=broken) removed a lease.
+  type: bool
+  returned: always
+  sample: false
 held_by_other:
   description: Whether another run holds the lease.
   type: bool
@@ -147,21 +175,24 @@ waited:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
+from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import DEFAULT_STALE, LeaseFile, describe
 
 
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            state=dict(type="str", choices=["acquired", "released", "inspect"], default="acquired"),
+            state=dict(type="str", choices=["acquired", "released", "inspect", "broken"], default="acquired"),
             holder=dict(type="dict"),
             ttl=dict(type="int", default=7200),
+            stale=dict(type="int", default=DEFAULT_STALE),
+            reason=dict(type="str"),
             wait=dict(type="int", default=0),
             timeout=dict(type="int", default=300),
             takeover=dict(type="str", default=""),
         ),
-        required_if=[("state", "acquired", ("holder",)), ("state", "released", ("holder",))],
+        required_if=[("state", "acquired", ("holder",)), ("state", "released", ("holder",)),
+                     ("state", "broken", ("holder", "reason"))],
         supports_check_mode=True,
     )
     p = module.params
@@ -170,15 +201,23 @@ def main() -> None:
     if p["state"] in ("acquired", "released") and not me.get("run_id"):
         module.fail_json(msg="holder.run_id is required to take or give back the lease")
     started = time.time()
-    result = dict(changed=False, acquired=False, released=False, holder=None, previous=None, waited=0.0)
-    if p["state"] == "inspect" or module.check_mode:
+    result = dict(changed=False, acquired=False, released=False, broken=False, holder=None, previous=None,
+                  waited=0.0)
+    if p["state"] == "broken" and not (p["reason"] or "").strip():
+        module.fail_json(msg="reason is required to break a lease: say why the holder is known to be gone")
+    if p["state"] == "broken" and not module.check_mode:
+        result.update(lease.break_lease(me, p["reason"].strip(), time.time()))
+        result["changed"] = result["broken"]
+        if result["previous"]:
+            module.warn("broke the lease of %s: %s" % (describe(result["previous"], time.time()), p["reason"].strip()))
+    elif p["state"] == "inspect" or module.check_mode:
         result["holder"], problem = lease.read()
         if problem:
             module.warn("the lease file %s is unreadable: %s" % (p["path"], problem))
     elif p["state"] == "released":
         result.update(lease.release(me))
     else:
-        result.update(lease.acquire(me, ttl=p["ttl"], wait=p["wait"], takeover=p["takeover"]))
+        result.update(lease.acquire(me, ttl=p["ttl"], wait=p["wait"], takeover=p["takeover"], stale=p["stale"]))
         result["changed"] = lease.dir_changed
         why = result.pop("why", "")
         result["waited"] = round(time.time() - started, 1)

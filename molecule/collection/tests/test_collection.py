@@ -81,6 +81,7 @@ def test_artifact_ships_the_collection_and_not_the_project(installed):
                     "plugins/module_utils/sglang_eagle3.py", "plugins/filter/sglang.py",
                     "plugins/callback/sglang_report.py", "roles/sglang/tasks/main.yml",
                     "playbooks/remediate.yml", "playbooks/audit.yml", "playbooks/rollback.yml",
+                    "playbooks/lease_break.yml",
                     "changelogs/changelog.yaml", "CHANGELOG.md"):
         assert shipped in names, shipped
     for left_out in ("molecule", "testbed", "bench", "scripts", "tests/conftest.py", "files", "inventory",

@@ -7,8 +7,12 @@ Molecule's converge installed 0.5.9 and started it. Two interruptions follow:
    disk while the old process keeps running. The rerun must restart exactly once,
    without re-patching, and end compliant.
 2. A flag change whose run is killed (SIGKILL to ansible-playbook) after the
-   restart but before the healthy start was recorded. The rerun must restart
-   exactly once more and record it; a third run must change nothing.
+   restart but before the healthy start was recorded. Its lease, made to look like
+   another controller's (an AWX pod), is waited for while its heartbeat is fresh,
+   refused to playbooks/lease_break.yml without a reason, broken with one (recorded
+   on the host), and, left again with a heartbeat gone stale, taken over by the
+   rerun with a warning naming it. The rerun must restart exactly once more and
+   record it; a third run must change nothing.
 
 The tests run in file order and build on each other.
 """
@@ -19,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
@@ -46,6 +51,9 @@ SLOW_FLAGS = {
     },
 }
 _state = {}
+LEASE = "/var/lib/sglang-remediation/lease.json"
+RUNNING = "/var/lib/sglang-remediation/running.json"
+OTHER_CONTROLLER = "awx-ee-7f9c4-job-4711"
 
 
 def _main_pid(host) -> str:
@@ -95,6 +103,7 @@ def test_rerun_after_the_finished_upgrade_changes_nothing(host):
 
 def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
     pid = _main_pid(host)
+    recorded = _mtime(host, RUNNING)
     log = open(tmp_path / "killed-run.log", "w")
     vars_file = tmp_path / "vars.json"
     vars_file.write_text(json.dumps(SLOW_FLAGS))
@@ -113,16 +122,59 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
     # Over SSH the module running on the host (the gate, waiting for the slow start) dies with the
     # connection; a docker exec'd one would run on and record the start. End it as the lost
     # connection would: a pipelined module is the interpreter alone on its command line.
-    host.run("pkill -KILL -f '^/usr/bin/python3$' || true")
+    # For a few seconds: a module whose docker exec was on its way when the controller died starts
+    # after a single pkill, and would record the start the rerun must make.
+    host.run("for i in $(seq 30); do pkill -KILL -f '^/usr/bin/python3$'; sleep 0.1; done; true")
     assert "--speculative-num-steps 7" in host.file(UNIT).content_string
     # The killed run's server becomes healthy on its own; count that start first.
     wait_until(lambda: starts(host) == 3, 120, "the killed run's server to come up", 0.3)
+    assert _mtime(host, RUNNING) == recorded, "the killed run's gate recorded the start after all"
     _state["killed_pid"] = _main_pid(host)
 
 
+def _leave_lease(host, heartbeat_age: float) -> dict:
+    """The killed run's lease as another controller's run would leave it, last heartbeat that long ago."""
+    if "lease" not in _state:
+        _state["lease"] = json.loads(host.file(LEASE).content_string)
+    lease = _state["lease"]
+    lease = dict(lease, controller=OTHER_CONTROLLER, pid=4242, heartbeat=time.time() - heartbeat_age)
+    host.run("umask 077; cat > %s <<'EOF'\n%s\nEOF" % (LEASE, json.dumps(lease)))
+    return lease
+
+
+def test_a_live_lease_of_another_controller_is_waited_for(host):
+    lease = _leave_lease(host, heartbeat_age=5)
+    run = run_playbook(extra_vars=dict(SLOW_FLAGS, sglang_lock_timeout=0))
+    assert run.rc != 0, run.tail(60)
+    assert "another run holds this host's lease: run %s by" % lease["run_id"] in run.output, run.tail(60)
+    assert OTHER_CONTROLLER in run.output and "last heartbeat" in run.output, run.tail(60)
+    assert starts(host) == 3
+
+
+def test_lease_break_needs_a_reason_then_records_it(host):
+    playbook = PROJECT / "playbooks" / "lease_break.yml"
+    refused = run_playbook(playbook, args=["--limit", NAME])
+    assert refused.rc != 0 and "breaking a lease needs both a reason" in refused.output, refused.tail(40)
+    assert host.file(LEASE).exists
+    reason = "AWX job 4711 cancelled mid-run (test)"
+    run = run_playbook(playbook, extra_vars={"sglang_lease_break_reason": reason}, args=["--limit", NAME])
+    assert run.rc == 0, run.tail(40)
+    assert "broke the lease of run %s by" % _state["lease"]["run_id"] in run.output, run.tail(40)
+    assert not host.file(LEASE).exists
+    entry = json.loads(host.file("/var/lib/sglang-remediation/lease-breaks.jsonl").content_string.splitlines()[-1])
+    assert entry["reason"] == reason and entry["holder"]["controller"] == OTHER_CONTROLLER
+    assert entry["by"]["run_id"] and entry["by"]["run_id"] != _state["lease"]["run_id"]
+    again = run_playbook(playbook, extra_vars={"sglang_lease_break_reason": reason}, args=["--limit", NAME])
+    assert again.rc == 0 and "no lease to break" in again.output, again.tail(40)
+
+
 def test_rerun_after_the_kill_restarts_exactly_once_and_records(host):
-    run = run_playbook(extra_vars=SLOW_FLAGS)
+    # The killed run's lease once more, its heartbeat gone stale: taken over from "another controller".
+    lease = _leave_lease(host, heartbeat_age=600)
+    run = run_playbook(extra_vars=dict(SLOW_FLAGS, sglang_lock_stale_seconds=300))
     assert run.rc == 0 and run.failed() == 0, run.tail(120)
+    assert "took over the lease of run %s by" % lease["run_id"] in run.output, run.tail(120)
+    assert "older than sglang_lock_stale_seconds=300s" in run.output, run.tail(120)
     assert starts(host) == 4, run.tail(120)
     assert _main_pid(host) != _state["killed_pid"]
     _compliant(host, "0.5.12.post1", 7)
