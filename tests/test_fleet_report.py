@@ -315,3 +315,43 @@ def test_the_fleet_pattern_leaves_the_known_out_hosts_out():
     for bad in (3, ["gpu 1"], [None], {"gpu-1": True}):
         with pytest.raises(Exception, match="sglang_skip_hosts="):
             pattern("sglang", bad)
+
+
+def soak(hosts, passed=None, action="promoted", seconds=60):
+    verdicts = dict(hosts)
+    return {"ansible_facts": {"sglang_soak": {
+        "seconds": str(seconds), "passed": all(v == "passed" for v in verdicts.values()) if passed is None else passed,
+        "action": action, "hosts": verdicts}}}
+
+
+def test_each_steps_soak_verdict_is_in_the_report_and_a_failed_one_fails_its_host(callback, tmp_path):
+    inv = Inventory(["h1", "h2", "h3", "h4"])
+    inv.batch = ["h1"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    callback.v2_runner_on_ok(result("h1", soak({"h1": "passed"})))
+    inv.batch = ["h2", "h3"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h2", fact("h2")))
+    callback.v2_runner_on_ok(result("h3", fact("h3")))
+    bad = "failed: live: accept length 1.6 (probe, 3 requests) below sglang_accept_length_min 2.5"
+    callback.v2_runner_on_ok(result("h2", soak({"h1": "passed", "h2": bad, "h3": "passed"},
+                                               action="rolled back this batch, stopped")))
+    # The last play fails the host that failed its soak; the epilogue counts no batch.
+    inv.batch = ["h2"]
+    callback.v2_playbook_on_play_start(play(inv, role="none", _sglang_fleet_epilogue=True))
+    callback.v2_runner_on_failed(result("h2", {"msg": "h2: the soak of 60 s after this host's step failed"},
+                                        "Fail the host whose soak failed"))
+    callback.v2_playbook_on_stats(Stats({"h1": 5, "h2": 5, "h3": 5}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert doc["run"]["batches"] == 2 and doc["run"]["result"] == "aborted"
+    assert [(s["batch"], s["passed"], s["action"], s["seconds"]) for s in doc["run"]["soaks"]] == [
+        (1, True, "promoted", 60), (2, False, "rolled back this batch, stopped", 60)]
+    assert rows["h1"]["soak"] == "after batch 2: passed" and rows["h1"]["status"] == "changed"
+    assert rows["h3"]["soak"] == "after batch 2: passed" and rows["h3"]["status"] == "changed"
+    assert rows["h2"]["status"] == "failed" and rows["h2"]["soak"] == "after batch 2: " + bad
+    assert rows["h2"]["error"] == "soak after batch 2: " + bad and rows["h2"]["failed_task"] == "soak"
+    assert rows["h4"]["status"] == "not reached" and rows["h4"]["soak"] == ""
+    assert "- soak after batch 1 (60 s, 1 hosts re-read): passed, promoted" in md
+    assert "- soak after batch 2 (60 s, 3 hosts re-read): FAILED, rolled back this batch, stopped (failed: h2)" in md

@@ -22,6 +22,11 @@ description:
     C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
   - A play with the variable C(_sglang_fleet_probe=true) (the playbooks' probe pass over every host) adds its hosts
     without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
+  - A play with the variable C(_sglang_fleet_epilogue=true) (remediate.yml's last play, which fails the hosts whose
+    soak failed) takes part without counting as a batch.
+  - The fact C(sglang_soak) (tasks/soak.yml, after a rollout step) is the soak's verdict. The run gets one entry in
+    C(run.soaks) per step (batch, seconds, passed, action, verdict per host) and each host re-read gets its step's
+    verdict in its row's C(soak); a host that failed it gets the status C(failed).
   - Hosts the playbooks leave out because they are known to be out (the group C(sglang_maintenance), the extra
     variable C(sglang_skip_hosts)) get the status C(skipped (maintenance)); they need no attention.
   - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
@@ -94,6 +99,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio impo
 from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_rows import MAINTENANCE_GROUP, skip_host_names
 
 FACT = "sglang_remediation"
+SOAK_FACT = "sglang_soak"
 # Statuses a row moves through; the first four are outcomes that need a reader's attention.
 ATTENTION = ("failed", "unreachable", "aborted", "not reached")
 # A host known to be out (group sglang_maintenance, or -e sglang_skip_hosts): the playbooks' host
@@ -184,7 +190,8 @@ def new_row(host: str) -> Dict[str, Any]:
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "adopted": False, "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
         "tokens_per_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
-        "live_notes": [], "left": [], "changes": [], "restarts": 0, "error": "", "failed_task": "", "stats": {},
+        "live_notes": [], "left": [], "changes": [], "restarts": 0, "soak": "", "error": "", "failed_task": "",
+        "stats": {},
     }
 
 
@@ -235,6 +242,11 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     lines.append("- hosts: %d; by status: %s" % (len(rows), ", ".join(
         "%s %d" % (k, v) for k, v in counts["status"].items()) or "none"))
     lines.append("- by decision: %s" % (", ".join("%s %d" % (k, v) for k, v in counts["decision"].items()) or "none"))
+    for soak in run.get("soaks") or []:
+        failed = sorted(h for h, v in soak["hosts"].items() if v != "passed")
+        lines.append("- soak after batch %s (%s s, %d hosts re-read): %s%s" % (
+            soak["batch"], soak["seconds"], len(soak["hosts"]), "passed" if soak["passed"] else "FAILED",
+            ", %s" % soak["action"] if soak["action"] else "") + (" (failed: %s)" % ", ".join(failed) if failed else ""))
     lines.append("")
     running = run["result"] == "running"
     # While the run goes on, hosts no batch has reached yet are pending, not a finding.
@@ -313,6 +325,7 @@ class CallbackModule(CallbackBase):
         self.playbook = ""
         self.started = datetime.datetime.now(datetime.timezone.utc)
         self.batches = 0
+        self.soaks: List[Dict[str, Any]] = []
         self.result = "running"
         self.finished = False
         self.base_dir = ""
@@ -352,7 +365,7 @@ class CallbackModule(CallbackBase):
                 "playbook": self.playbook, "mode": self.mode, "check_mode": self.check_mode,
                 "result": self.result, "started": self.started.isoformat(timespec="seconds"),
                 "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "batches": self.batches, "pid": os.getpid(),
+                "batches": self.batches, "soaks": self.soaks, "pid": os.getpid(),
             },
             "counts": {"status": status_counts, "decision": decision_counts},
             "hosts": rows,
@@ -412,6 +425,21 @@ class CallbackModule(CallbackBase):
                 # a swapped draft or a server started with other flags needs a person).
                 row["status"] = "noncompliant"
 
+    def _absorb_soak(self, fact: Mapping) -> None:
+        # One step's soak (run once, after the batch this callback counted last).
+        fact = plain(fact)
+        verdicts = dict(fact.get("hosts") or {})
+        self.soaks.append({"batch": self.batches, "seconds": int(fact.get("seconds") or 0),
+                           "passed": as_bool(fact.get("passed")), "action": str(fact.get("action") or ""),
+                           "hosts": verdicts})
+        for host, verdict in verdicts.items():
+            row = self._row(host)
+            row["soak"] = "after batch %d: %s" % (self.batches, verdict)
+            if verdict != "passed":
+                row["status"] = "failed"
+                row["error"] = row["error"] or "soak after batch %d: %s" % (self.batches, verdict)
+                row["failed_task"] = row["failed_task"] or "soak"
+
     # --- callbacks -----------------------------------------------------------------
     def v2_playbook_on_start(self, playbook: Any) -> None:
         self.playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
@@ -427,6 +455,7 @@ class CallbackModule(CallbackBase):
         roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
         flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
         probe_pass = as_bool((play.vars or {}).get("_sglang_fleet_probe", False))
+        probe_pass = probe_pass or as_bool((play.vars or {}).get("_sglang_fleet_epilogue", False))
         self.in_fleet_play = "sglang" in roles or flagged or probe_pass
         if not self.in_fleet_play:
             return
@@ -463,6 +492,9 @@ class CallbackModule(CallbackBase):
         facts = result.result.get("ansible_facts") or {}
         if FACT in facts:
             self._absorb_fact(result.host.get_name(), facts[FACT])
+            self._write()
+        if SOAK_FACT in facts:
+            self._absorb_soak(facts[SOAK_FACT])
             self._write()
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:

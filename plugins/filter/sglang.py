@@ -18,6 +18,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serv
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as _values
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rollout as _rollout
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
 
@@ -104,11 +105,36 @@ def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
     return ":".join([str(target), "!" + _rows.MAINTENANCE_GROUP] + ["!" + h for h in names])
 
 
+def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = None, serial: Any = None,
+                 canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
+                 soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None) -> dict[str, Any]:
+    """The rollout's host order, its serial list and the errors that refuse it
+    (plugins/module_utils/sglang_rollout.py). The canaries come from ``canary_by`` (read from
+    ``hostvars``/``groups``, where tasks can see them) or, at play level where hostvars cannot be
+    read, as the ``canaries`` the probe pass chose (each its own value)."""
+    needs = [str(h) for h in (needs_work or [])]
+    values = None
+    if canaries is None and canary_by not in (None, ""):
+        values = {h: _rollout.canary_value(h, str(canary_by), hostvars or {}, groups or {}) for h in needs}
+    size = fleet_size if isinstance(fleet_size, int) else len(list(fleet_size or []))
+    return _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
+                         unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
+                         on_soak_failure=on_soak_failure,
+                         canaries=None if canaries is None else [str(h) for h in canaries])
+
+
+def soak_verdict(result: Any) -> str:
+    """One host's soak read: "passed" or "failed: <why>" (tasks/soak.yml)."""
+    return _rollout.soak_verdict(dict(result or {}))
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
             "variable_errors": variable_errors,
             "fleet_pattern": fleet_pattern,
+            "rollout_plan": rollout_plan,
+            "soak_verdict": soak_verdict,
             "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,

@@ -122,6 +122,7 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_start_timeout": Variable("a positive integer (seconds)", check_int_range(1)),
     "sglang_restart_on_change": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_adopt_running": Variable(ACCEPTED_BOOL, check_bool),
+    "sglang_keep_failed_drained": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_pre_restart_tasks": accepting('"" or the absolute path of a task file on the controller', check_hook),
     "sglang_post_restart_tasks": accepting('"" or the absolute path of a task file on the controller', check_hook),
     "sglang_audit": Variable(ACCEPTED_BOOL, check_bool),

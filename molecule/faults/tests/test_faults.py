@@ -1,7 +1,7 @@
 """The failure contract, proven by a fault at each step where a run can stop after a change.
 
 One host per case (molecule.yml): faults-01..12 fresh (the base image: nothing installed,
-nothing served), faults-15..27 converged (the converged image, serving 0.5.9 with 15/1/16),
+nothing served), faults-15..28 converged (the converged image, serving 0.5.9 with 15/1/16),
 each put in a state (a flag change, a draft-ids change, an upgrade to 0.5.12.post1, its
 patch reset to pristine, an environment change) and given one fault. faults-13..14 are the
 canary case. The tests run in file order and build on each other:
@@ -51,6 +51,8 @@ WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "f
 MOLECULE_INVENTORY = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "inventory"
 MATRIX = PROJECT / "molecule" / "faults" / "files" / "matrix.yml"
 FAIL_HOOK = PROJECT / "molecule" / "faults" / "files" / "fail-hook.yml"
+DRAIN_HOOK = PROJECT / "examples" / "hooks" / "tasks" / "drain.yml"
+DRAIN_FLAG = "/var/lib/sglang/drained"
 DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
 SITE = "/opt/sglang/venv/lib/python3*/site-packages"
@@ -108,7 +110,7 @@ class Case:
     @property
     def restarted(self) -> bool:
         """The faulted run restarted the server (the undo then restarts it on what it put back)."""
-        return self.step in ("start", "health", "accept_length", "live_settings") or self.keeps
+        return self.step in ("start", "health", "accept_length", "live_settings", "undrain_after_undo") or self.keeps
 
     @property
     def fresh(self) -> bool:
@@ -197,6 +199,11 @@ CASES = [
     # --- putting the change back fails too: the previous release's wheel is gone from the host ---
     Case(27, "upgrade", "undo", UPGRADE, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
          setup="rm /var/cache/sglang/wheelhouse/sglang-0.5.9-*.whl", failed_task=NEVER_HEALTHY, half=True),
+    # --- put back and healthy again, but its undrain fails: it stays out of rotation, said so -----
+    Case(28, "flags", "undrain_after_undo", FLAGS, {
+        "sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1"),
+        "sglang_pre_restart_tasks": str(DRAIN_HOOK), "sglang_post_restart_tasks": str(FAIL_HOOK)},
+        failed_task=NEVER_HEALTHY, restarts_on_fault=1),
 ]
 BY_HOST = {host(c.n): c for c in CASES}
 MATRIX_CASES = [c for c in CASES if not c.killed]
@@ -417,6 +424,11 @@ def test_the_host_is_left_as_the_contract_says(case):
     for line in row["rollback"]:
         assert re.search(r" (restored to sha256 [0-9a-f]{64} \(0[0-7]{3} \S+\)|removed \(it did not exist"
                          r" before\)|reinstalled in /opt/sglang/venv)$", line), line
+    if case.step == "undrain_after_undo":
+        # The undo stands (the generic checks above); only the undrain failed, and the row says so.
+        assert "it was put back and is healthy, but the post-restart hook (undrain) failed" in row["error"], row
+        assert "it stays out of rotation" in row["error"], row
+        assert sh(name, "test -e %s && echo drained" % DRAIN_FLAG).strip() == "drained"
     if case.n == 20:
         assert "sglang 0.5.9 reinstalled in /opt/sglang/venv" in row["rollback"], row["rollback"]
 

@@ -9,7 +9,9 @@ serving: from the new process' start to its first healthy answer.
 Checked: every window of a host belongs to the batch the report gives it; the
 windows of batch N all end before any window of batch N+1 begins (batches never
 overlap, so hosts outside the restarting batch stay healthy); hosts the report
-calls not reached have no window. Prints a JSON summary; exits 1 with the reasons.
+calls not reached have no window. Also gives max_down, the most windows open at
+one moment (what sglang_max_unavailable bounds). Prints a JSON summary; exits 1
+with the reasons.
 """
 import json
 import sys
@@ -44,7 +46,15 @@ def main() -> int:
             if other["batch"] != w["batch"] and other["start"] < w["healthy"] and w["start"] < other["healthy"]:
                 problems.append("%s (batch %s) and %s (batch %s) were down at the same time"
                                 % (w["host"], w["batch"], other["host"], other["batch"]))
-    print(json.dumps({"windows": windows, "batch_spans": spans, "problems": problems}, indent=1))
+    # The most hosts down at once: +1 at each start, -1 at each healthy answer.
+    events = sorted([(w["start"], 1) for w in windows] + [(w["healthy"], -1) for w in windows],
+                    key=lambda e: (e[0], e[1]))
+    down = max_down = 0
+    for _when, step in events:
+        down += step
+        max_down = max(max_down, down)
+    print(json.dumps({"windows": windows, "batch_spans": spans, "max_down": max_down, "problems": problems},
+                     indent=1))
     return 1 if problems else 0
 
 

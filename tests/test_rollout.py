@@ -1,0 +1,123 @@
+"""The rollout's plan (plugins/module_utils/sglang_rollout.py, the rollout_plan filter):
+capacity-bounded batches, canaries per group, and the refusals of sglang_serial."""
+import pytest
+
+from ansible_collections.fleetops.sglang.plugins.filter.sglang import rollout_plan
+from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rollout as r
+
+HOSTS = ["gpu-%02d" % i for i in range(1, 21)]
+
+
+def test_default_is_a_tenth_of_the_whole_fleet_not_of_the_hosts_that_need_work():
+    doc = r.plan(HOSTS[:6], 20)
+    assert doc["max_unavailable"] == 2 and doc["budget"] == 2
+    assert doc["serial"] == [1, 2] and doc["order"] == HOSTS[:6] and doc["errors"] == []
+
+
+@pytest.mark.parametrize("value,fleet,limit", [(3, 20, 3), ("3", 20, 3), ("25%", 400, 100), ("1%", 20, 1),
+                                               ("100%", 5, 5)])
+def test_max_unavailable_count_or_percentage_rounded_down_at_least_one(value, fleet, limit):
+    assert r.plan(HOSTS[:5], fleet, max_unavailable=value)["max_unavailable"] == limit
+
+
+@pytest.mark.parametrize("value", [0, "0", "-1", "ten", "150%", True, [2], 2.5])
+def test_bad_max_unavailable_is_refused_naming_it(value):
+    errors = r.plan(HOSTS[:5], 20, max_unavailable=value)["errors"]
+    assert len(errors) == 1 and "sglang_max_unavailable=%r" % (value,) in errors[0] and "accepted" in errors[0]
+
+
+@pytest.mark.parametrize("value", [[], [0], ["x"], "abc", [1, None]])
+def test_bad_serial_is_refused_naming_it(value):
+    errors = r.plan(HOSTS[:5], 20, serial=value)["errors"]
+    assert len(errors) == 1 and errors[0].startswith("sglang_serial=")
+
+
+def test_serial_alone_is_the_expert_override():
+    doc = r.plan(HOSTS[:8], 8, serial=["100%"])
+    assert doc["serial"] == ["100%"] and doc["errors"] == []
+
+
+def test_serial_beyond_max_unavailable_is_refused_with_the_numbers():
+    errors = r.plan(HOSTS[:8], 20, max_unavailable=2, serial=[1, "50%"])["errors"]
+    assert len(errors) == 1
+    assert "sglang_serial=[1, '50%'] would take 4 hosts out of rotation at once" in errors[0]
+    assert "sglang_max_unavailable=2 (2 of the 20 hosts" in errors[0] and "lower that batch" in errors[0]
+    assert r.plan(HOSTS[:8], 20, max_unavailable=2, serial=[1, 2])["errors"] == []
+
+
+def test_hosts_lost_in_the_probe_pass_use_up_the_budget():
+    doc = r.plan(HOSTS[:6], 20, max_unavailable=3, unavailable=["gpu-19"])
+    assert doc["budget"] == 2 and doc["serial"] == [1, 2] and doc["unavailable"] == ["gpu-19"]
+    full = r.plan(HOSTS[:6], 20, max_unavailable=1, unavailable=["gpu-19"])
+    assert len(full["errors"]) == 1 and "1 already out" in full["errors"][0] and "gpu-19" in full["errors"][0]
+    serial = r.plan(HOSTS[:6], 20, max_unavailable=3, serial=[3], unavailable=["gpu-19", "gpu-20"])
+    assert "with 2 already out (gpu-19, gpu-20)" in serial["errors"][0]
+
+
+def test_a_canary_per_value_first_then_the_rest_in_inventory_order():
+    values = {h: ("0.5.9" if i % 3 else "0.5.14") for i, h in enumerate(HOSTS[:8])}
+    doc = r.plan(HOSTS[:8], 20, max_unavailable=2, canary_values=values)
+    assert doc["canaries"] == ["gpu-01", "gpu-02"]
+    assert doc["order"][:2] == ["gpu-01", "gpu-02"] and sorted(doc["order"]) == HOSTS[:8]
+    assert doc["order"][2:] == [h for h in HOSTS[:8] if h not in ("gpu-01", "gpu-02")]
+    assert doc["serial"] == [2, 2]
+
+
+def test_more_canaries_than_the_budget_run_in_several_batches():
+    values = {h: h[-1] for h in HOSTS[:12]}  # ten distinct values
+    doc = r.plan(HOSTS[:12], 20, max_unavailable=4, canary_values=values)
+    assert len(doc["canaries"]) == 10 and doc["serial"] == [4, 4, 2, 4]
+    only = r.plan(HOSTS[:3], 20, max_unavailable=4, canary_values={h: h for h in HOSTS[:3]})
+    assert only["serial"] == [3] and only["order"] == HOSTS[:3]
+
+
+def test_nothing_to_do_plans_no_batch():
+    doc = r.plan([], 20)
+    assert doc["order"] == [] and doc["errors"] == []
+
+
+def test_filter_reads_the_canary_value_from_a_group_a_host_variable_or_the_release():
+    needs = ["a", "b", "c", "d"]
+    hostvars = {"a": {"rack": "r1", "sglang_version": "0.5.9"}, "b": {"rack": "r1", "sglang_version": "0.5.14"},
+                "c": {"rack": "r2", "sglang_version": "0.5.14"}, "d": {}}
+    groups = {"h100": ["c", "d"], "sglang": needs}
+    assert rollout_plan(needs, needs, max_unavailable=4, canary_by="rack", hostvars=hostvars,
+                        groups=groups)["canaries"] == ["a", "c", "d"]
+    assert rollout_plan(needs, needs, max_unavailable=4, canary_by="h100", hostvars=hostvars,
+                        groups=groups)["canaries"] == ["a", "c"]
+    assert rollout_plan(needs, needs, max_unavailable=4, canary_by="release", hostvars=hostvars,
+                        groups=groups)["canaries"] == ["a", "b", "d"]
+    assert rollout_plan(needs, 4, canary_by="", hostvars=hostvars, groups=groups)["canaries"] == ["a"]
+
+
+def test_the_rollout_play_rebuilds_the_same_plan_from_the_canaries_the_probe_pass_chose():
+    needs = ["a", "b", "c", "d", "e"]
+    hostvars = {h: {"sglang_version": "0.5.14" if h in ("c", "e") else "0.5.9"} for h in needs}
+    probe = rollout_plan(needs, 10, max_unavailable=2, canary_by="release", hostvars=hostvars, groups={})
+    assert probe["order"] == ["a", "c", "b", "d", "e"] and probe["serial"] == [2, 2]
+    # Play level: no hostvars, the order and canaries handed over in groups.
+    play = rollout_plan(probe["order"], 10, max_unavailable=2, canaries=probe["canaries"])
+    assert (play["order"], play["serial"], play["canaries"]) == (probe["order"], probe["serial"], probe["canaries"])
+    # No canaries handed over (playbooks/rollback.yml): the first host.
+    assert rollout_plan(needs, 10, canaries=[])["canaries"] == ["a"]
+
+
+@pytest.mark.parametrize("seconds,action,bad", [
+    (0, None, []), ("300", "rollback", []), (300, "stop", []),
+    ("5m", None, ["sglang_soak_seconds='5m'"]), (-1, None, ["sglang_soak_seconds=-1"]),
+    (60, "pause", ["sglang_on_soak_failure='pause'"])])
+def test_soak_settings_are_refused_naming_the_variable(seconds, action, bad):
+    errors = r.plan(HOSTS[:3], 10, soak_seconds=seconds, on_soak_failure=action)["errors"]
+    assert [e.split(" is not")[0] for e in errors] == bad
+
+
+@pytest.mark.parametrize("res,verdict", [
+    ({"ready": True, "failures": []}, "passed"),
+    ({"ready": True, "failures": ["live: accept length 1.6 below 2.5"]}, "failed: live: accept length 1.6 below 2.5"),
+    ({"ready": False, "msg": "http://127.0.0.1:30000/health_generate not healthy after 30 polls"},
+     "failed: http://127.0.0.1:30000/health_generate not healthy after 30 polls"),
+    ({"failed": True, "msg": "live request 1 of 3 failed: timed out"}, "failed: live request 1 of 3 failed: timed out"),
+    ({"unreachable": True, "msg": "ssh: connection refused"}, "failed: unreachable: ssh: connection refused"),
+])
+def test_a_soak_read_is_passed_only_when_healthy_and_without_failures(res, verdict):
+    assert r.soak_verdict(res) == verdict
