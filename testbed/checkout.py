@@ -4,18 +4,15 @@ release scripts (scripts/check-all-releases, scripts/check-cuda-graph-replay).
 The checkout is the collection fleetops.sglang (scripts/bootstrap links it into
 collections/); modules import their module_utils by the collection's name, so
 ``importable()`` puts a collections path holding that link on sys.path. The patch
-templates are rendered the way the role's lookup('template') renders them.
+hunks are the engine's own data (plugins/module_utils/_patches.py).
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Dict
 
 REPO = Path(__file__).resolve().parents[1]
-TEMPLATES = REPO / "roles" / "sglang" / "templates" / "patches"
-MARKER = "sglang-remediation eagle3-embed v1"
 
 
 def collections_path() -> Path:
@@ -37,12 +34,3 @@ def importable() -> Path:
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
     return path
-
-
-def render_templates(marker: str = MARKER) -> Dict[str, str]:
-    """Render every patch template the way lookup('template') does (plain Jinja2, trim_blocks)."""
-    import jinja2  # the controller's; only the callers that render need it
-
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    return {p.name[: -len(".hunks.j2")]: env.from_string(p.read_text()).render(sglang_patch_marker=marker)
-            for p in sorted(TEMPLATES.glob("*.hunks.j2"))}

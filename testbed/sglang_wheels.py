@@ -20,7 +20,7 @@ EXTRACT = (
     "sglang/srt/models/deepseek_v2.py",
     "sglang/srt/model_executor/cuda_graph_runner.py",
     "sglang/srt/model_executor/model_runner.py",
-    # What the forward-capture check executes besides (module_utils/sglang_forward_code.py).
+    # What the forward-capture check executes besides (module_utils/_forward_code.py).
     "sglang/srt/layers/communicator.py",
     "sglang/srt/layers/aux_hidden_states.py",
     "sglang/srt/layers/layer_boundary/stage.py",
@@ -71,7 +71,7 @@ def extract_server_args(version: str, root: Path) -> Path:
     """``root`` as a site-packages holding the files that define the release's launch flags.
 
     ``sglang/srt/server_args.py`` and, from 0.5.20, ``sglang/srt/arg_groups/fields/*.py``
-    (plus the dist-info METADATA): what plugins/module_utils/sglang_flagtable.py reads.
+    (plus the dist-info METADATA): what plugins/module_utils/_flagtable.py reads.
     """
     wheel = fetch_wheel(version)
     info = "sglang-%s.dist-info/METADATA" % version

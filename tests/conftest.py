@@ -22,12 +22,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "testbed"))
 import checkout  # noqa: E402
 import sglang_wheels  # noqa: E402
-from checkout import MARKER, TEMPLATES, render_templates  # noqa: E402,F401 (the tests import them from here)
 
 ROLE = REPO / "roles" / "sglang"
 MODULES = REPO / "plugins" / "modules"
 MODULE_UTILS_DIR = REPO / "plugins" / "module_utils"
-MODULE_UTILS = MODULE_UTILS_DIR / "sglang_eagle3.py"
+MODULE_UTILS = MODULE_UTILS_DIR / "_eagle3.py"
 LIBRARY = MODULES / "sglang_eagle3.py"
 COLLECTION = "fleetops.sglang"
 # The checkout is the collection fleetops.sglang; modules import their module_utils by
@@ -93,13 +92,15 @@ from double_harness import PRISTINE_059_SHA256, WHEEL_CACHE, Double  # noqa: E40
 
 # The engine, one module per concern, imported by the collection's name as a
 # module on a host imports it.
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_distribution as DIST  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_eagle3 as E  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fileio as FILEIO  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_hunks as HUNKS  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_memo as MEMO  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_shapes as SHAPES  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_verify as VERIFY  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _distribution as DIST  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _eagle3 as E  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio as FILEIO  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _hunks as HUNKS  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _memo as MEMO  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _patches as PATCHES  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _runstate as RUNSTATE  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _shapes as SHAPES  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _verify as VERIFY  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -109,7 +110,8 @@ def engine():
 
 @pytest.fixture(scope="session")
 def patches() -> Dict[str, str]:
-    return render_templates()
+    """The hunks the engine ships, as a caller that passes them explicitly would."""
+    return dict(PATCHES.PATCHES)
 
 
 @pytest.fixture(scope="session")
@@ -188,9 +190,8 @@ class Host:
         # What the role records after the gates, with the sglang component the *present*
         # result carries; the probe takes it from its audit.
         recorded = dict(self.components, sglang="value:" + fix["fingerprint"])
-        rc, res = run_module(MODULES / "sglang_fingerprint.py", tmp, dict(
-            components=recorded, state_file=str(self.state_file), service="sglang", state="record"))
-        assert rc == 0 and res["changed"], res
+        assert RUNSTATE.record(str(self.state_file), recorded)  # as sglang_gate's record writes it
+        fake_systemctl(tmp, True)  # the module runs' PATH, made before any snapshot of the tree
 
     def args(self, **over):
         args = dict(

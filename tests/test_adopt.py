@@ -1,4 +1,4 @@
-"""Adopting a running server with no recorded healthy start (module_utils/sglang_adopt.py, sglang_probe).
+"""Adopting a running server with no recorded healthy start (module_utils/_adopt.py, sglang_probe).
 
 The running server is a real process: a sleeper for the rules, the GPU-less test double serving a
 remediated 0.5.9 for the probe (its live reading must pass). systemctl is the tests' stub: it
@@ -20,7 +20,7 @@ import pytest
 from conftest import MODULE_UTILS_DIR, MODULES, run_module
 from double_harness import remediated_double
 
-spec = importlib.util.spec_from_file_location("sglang_adopt", MODULE_UTILS_DIR / "sglang_adopt.py")
+spec = importlib.util.spec_from_file_location("_adopt", MODULE_UTILS_DIR / "_adopt.py")
 A = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(A)
 
@@ -114,12 +114,14 @@ def test_the_probe_restarts_a_server_it_cannot_adopt(adoptable):
     args["adopt"]["argv"] = list(double.proc.args[:-1]) + ["1"]
     rc, res = run_module(PROBE, h.tmp, args)
     assert rc == 0 and not res["compliant"] and res["restart_needed"] is True
-    assert res["reasons"] == ["no healthy start recorded: restart needed (not adopted: its command line differs "
-                              "from the unit's (%d items running, %d rendered; item %d is %r, rendered '1'))"
-                              % (len(double.proc.args), len(double.proc.args), len(double.proc.args) - 1,
-                                 double.proc.args[-1])]
+    assert res["reasons"] == [{"code": "server.not_recorded",
+                               "text": "no healthy start recorded: restart needed (not adopted: its command line "
+                                       "differs from the unit's (%d items running, %d rendered; item %d is %r, "
+                                       "rendered '1'))" % (len(double.proc.args), len(double.proc.args),
+                                                           len(double.proc.args) - 1, double.proc.args[-1])}]
     assert not h.state_file.exists()
     # Live findings come first: a server whose reading fails is not even considered.
     args = dict(args, live=dict(args["live"], expected=dict(EXPECTED, speculative_num_steps=7)))
     rc, res = run_module(PROBE, h.tmp, args)
-    assert res["adoption"] is None and res["reasons"] == ["no healthy start recorded: restart needed"]
+    assert res["adoption"] is None and res["reasons"] == [
+        {"code": "server.not_recorded", "text": "no healthy start recorded: restart needed"}]

@@ -1,4 +1,4 @@
-"""The audit memo (module_utils/sglang_memo.py audit_memoized) on real release files.
+"""The audit memo (module_utils/_memo.py audit_memoized) on real release files.
 
 A memo answer must be the answer the full audit would give: these tests prove the
 audit reads nothing but what the key hashes, that a hit returns the full result,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DIST, MEMO, MODULE_UTILS, MODULES, USER_IDS, E, render_templates, run_module, site_file
+from conftest import DIST, MEMO, MODULE_UTILS, MODULES, PATCHES, USER_IDS, E, run_module, site_file
 
 EAGLE3_MODULE = MODULES / "sglang_eagle3.py"
 PROBE = MODULES / "sglang_probe.py"
@@ -112,13 +112,14 @@ def test_any_changed_input_runs_the_full_audit(make_venv, patches, tmp_path, mon
         record = next(venv.glob("lib/python3*/site-packages/sglang-*.dist-info/RECORD"))
         record.write_text(record.read_text().replace("deepseek_v2.py,sha256=", "deepseek_v2.py,sha256=x", 1))
     elif change == "patches":
-        over["patches"] = render_templates(marker="sglang-remediation eagle3-embed v2")
+        over["patches"] = {name: text.replace(PATCHES.MARKER, "sglang-remediation eagle3-embed v2")
+                           for name, text in PATCHES.PATCHES.items()}
     elif change == "layer ids":
         over["layer_ids"] = [-1, 3, 30]
     elif change == "pp size":
         over["pipeline_parallel_size"] = 2
     elif change == "engine":
-        edit_engine_file(monkeypatch, "sglang_eagle3")
+        edit_engine_file(monkeypatch, "_eagle3")
     req = audit_request(venv, over.pop("patches", patches), **over)
     again = MEMO.audit_memoized(req, memo, write=False)
     assert again.pop("memo") == "miss"
@@ -170,7 +171,7 @@ def _collection_imports(path: Path) -> set:
 
 def test_the_key_covers_every_file_the_engine_imports():
     """A new engine file (a further verification check, say) must join ENGINE_MODULES."""
-    seen, todo = set(), ["sglang_memo"]
+    seen, todo = set(), ["_memo"]
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -211,12 +212,12 @@ def test_the_key_holds_when_the_engine_runs_from_a_zip(tmp_path):
     """Ansible ships module_utils inside a zip (AnsiballZ): the engine must still read its sources."""
     archive = tmp_path / "payload.zip"
     with zipfile.ZipFile(archive, "w") as zf:
-        zf.write(MODULE_UTILS.parent / "sglang_memo.py", "zipped_memo.py")
+        zf.write(MODULE_UTILS.parent / "_memo.py", "zipped_memo.py")
     sys.path.insert(0, str(archive))
     try:
         zipped = importlib.import_module("zipped_memo")
         assert zipped.__loader__.__class__.__name__ == "zipimporter"
-        assert zipped.module_source(zipped) == (MODULE_UTILS.parent / "sglang_memo.py").read_bytes()
+        assert zipped.module_source(zipped) == (MODULE_UTILS.parent / "_memo.py").read_bytes()
         assert zipped.engine_source_digest() is not None
     finally:
         sys.path.remove(str(archive))
@@ -246,10 +247,13 @@ def test_the_patching_module_warms_the_probe(host, tmp_path):
 def test_the_probe_writes_only_when_told(host, tmp_path):
     h = host("0.5.9")
     memo = tmp_path / "memo" / "audit-memo.json"
-    assert h.probe(memo_file=str(memo))["eagle3"]["memo"] == "miss"
+    unasked = h.probe(memo_file=str(memo))
+    assert unasked["eagle3"]["memo"] == "miss" and unasked["written"] == []
     assert not memo.exists()
     first = h.probe(memo_file=str(memo), memo_write=True)
     assert first["eagle3"]["memo"] == "miss" and memo.exists() and first["compliant"], first["reasons"]
+    # What it wrote, it says (and it changed no configuration).
+    assert first["written"] == [str(memo)] and first["changed"] is False
     second = h.probe(memo_file=str(memo), memo_write=True)
     assert second["eagle3"]["memo"] == "hit" and second["compliant"]
     for res in (first, second):
@@ -261,9 +265,9 @@ def test_the_probe_writes_only_when_told(host, tmp_path):
     change_a_byte(h.venv, DIST.DEEPSEEK_FILE)
     third = h.probe(memo_file=str(memo), memo_write=True)
     assert third["eagle3"]["memo"] == "miss" and not third["compliant"]
-    assert any("drift" in r for r in third["reasons"]), third["reasons"]
+    assert any(r["code"] == "source.refused" and "drift" in r["text"] for r in third["reasons"]), third["reasons"]
     assert "memo_key" not in third["eagle3"]
-    assert memo.read_bytes() == stored
+    assert memo.read_bytes() == stored and third["written"] == []
 
 
 def test_a_noncompliant_probe_writes_nothing(host, tmp_path):

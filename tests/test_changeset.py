@@ -1,4 +1,4 @@
-"""One change set per run (module_utils/sglang_changeset.py), on real SGLang release trees.
+"""One change set per run (module_utils/_changeset.py), on real SGLang release trees.
 
 Each test opens a set as the role does before its first write, changes the host the
 way a run would (install another release, patch through the engine with the set,
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import USER_IDS, E, sha, site_file
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_changeset as CS
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import DEEPSEEK_FILE, TARGET_FILES
+from ansible_collections.fleetops.sglang.plugins.module_utils import _changeset as CS
+from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import DEEPSEEK_FILE, TARGET_FILES
 
 PIP = {"args": ["--no-deps", "--no-index", "--find-links", "/var/cache/sglang/wheelhouse"]}
 
@@ -81,6 +81,14 @@ def test_a_failed_run_on_the_same_release_gets_every_file_back_byte_for_byte(tmp
     assert "%s removed (it did not exist before)" % env in out["restored"]
     assert "%s restored to sha256 %s" % (deepseek, sha_of(pristine)) in "\n".join(out["restored"])
     assert out["left"] == ["%s (created by this run)" % env.parent]
+    # The records callers read say the same as the lines, one per line, in the same order.
+    files = {f["path"]: f for f in out["files"]}
+    assert len(out["files"]) == len(out["restored"]) and [f["path"] for f in out["files"]] == [
+        line.split(" ", 1)[0] for line in out["restored"]]
+    assert files[str(unit)] == {"path": str(unit), "sha256": sha_of(before[unit][0]), "mode": "0644",
+                                "owner": files[str(unit)]["owner"]}
+    assert files[str(env)] == {"path": str(env), "sha256": None, "mode": None, "owner": None}
+    assert files[str(deepseek)]["sha256"] == sha_of(pristine)
     assert CS.load(opened["dir"])["state"] == "restored"
     # Nothing left to put back: a second restore changes nothing.
     assert CS.restore_set(opened["dir"], no_pip)["restored"] == []

@@ -127,15 +127,23 @@ def test_helper_plays_add_no_hosts(callback, tmp_path):
     assert not (tmp_path / "latest").exists()
 
 
+UNIT_DRIFT = {"code": "unit.differs", "text": "unit file"}
+# Worded without the usual "live:": the report knows a live finding by its code.
+LIVE_DRIFT = {"code": "live.accept_length_low", "text": "accept length 1.6 below 2.5"}
+
+
 def test_audit_rows_say_what_would_change(callback, tmp_path):
     inv = Inventory(["h1"])
     callback.v2_playbook_on_play_start(play(inv, sglang_audit=True))
     callback.v2_runner_on_ok(result("h1", fact("h1", mode="audit", compliant=False, restarted=False,
-                                                 sha256_after="a" * 64, drift=["unit file"])))
+                                                 sha256_after="a" * 64, drift=[UNIT_DRIFT, LIVE_DRIFT])))
     callback.v2_playbook_on_stats(Stats({}))
-    doc, _ = read(tmp_path)
+    doc, md = read(tmp_path)
     assert doc["run"]["mode"] == "audit" and doc["run"]["result"] == "noncompliant"
-    assert doc["hosts"][0]["status"] == "noncompliant" and doc["hosts"][0]["drift"] == ["unit file"]
+    assert doc["hosts"][0]["status"] == "noncompliant" and doc["hosts"][0]["drift"] == [UNIT_DRIFT, LIVE_DRIFT]
+    assert "- **h1** (noncompliant, batch 1): unit file; accept length 1.6 below 2.5" in md
+    # The table's error column of a host that did not fail holds its live findings only.
+    assert md.split("## Hosts", 1)[1].rstrip().splitlines()[-1].endswith("| accept length 1.6 below 2.5 |")
     assert doc["hosts"][0]["action"] == "would patch"
 
 
@@ -143,9 +151,10 @@ def test_check_mode_rows_say_would_change(callback, tmp_path):
     callback.check_mode = True
     inv = Inventory(["h1", "h2"])
     callback.v2_playbook_on_play_start(play(inv))
-    callback.v2_runner_on_ok(result("h1", fact("h1", mode="check", compliant=False, restarted=False,
+    # Check mode is a flag of the run, not a mode: a --check remediation's rows say remediate.
+    callback.v2_runner_on_ok(result("h1", fact("h1", compliant=False, restarted=False,
                                                  restart_reasons=["unit would change"])))
-    callback.v2_runner_on_ok(result("h2", fact("h2", mode="check", restarted=False, restart_needed=False)))
+    callback.v2_runner_on_ok(result("h2", fact("h2", restarted=False, restart_needed=False)))
     callback.v2_playbook_on_stats(Stats({"h1": 1}))
     doc, md = read(tmp_path)
     rows = {r["host"]: r for r in doc["hosts"]}
@@ -154,13 +163,12 @@ def test_check_mode_rows_say_would_change(callback, tmp_path):
     assert "would restart: unit would change" in md
 
 
-@pytest.mark.parametrize("check_mode, playbook, status", [(False, "remediate", "adopted"),
-                                                           (True, "remediate", "would adopt"),
-                                                           (False, "audit", "would adopt")])
-def test_an_adopted_host_says_so_and_was_not_restarted(callback, tmp_path, check_mode, playbook, status):
+@pytest.mark.parametrize("check_mode, audit, status", [(False, False, "adopted"),
+                                                        (True, False, "would adopt"),
+                                                        (False, True, "would adopt")])
+def test_an_adopted_host_says_so_and_was_not_restarted(callback, tmp_path, check_mode, audit, status):
     callback.check_mode = check_mode
-    callback.v2_playbook_on_start(SimpleNamespace(_file_name="/x/%s.yml" % playbook))
-    callback.v2_playbook_on_play_start(play(Inventory(["h1", "h2"])))
+    callback.v2_playbook_on_play_start(play(Inventory(["h1", "h2"]), sglang_audit=audit))
     callback.v2_runner_on_ok(result("h1", fact("h1", adopted=True, restarted=False, restart_needed=False)))
     callback.v2_runner_on_ok(result("h2", fact("h2", restarted=False, restart_needed=False)))
     # The probe recorded the fingerprint (changed): still adopted, not "changed".
@@ -170,6 +178,28 @@ def test_an_adopted_host_says_so_and_was_not_restarted(callback, tmp_path, check
     assert rows["h1"]["status"] == status and rows["h1"]["adopted"] is True and rows["h1"]["restarted"] is False
     assert rows["h2"]["status"] == "ok" and rows["h2"]["adopted"] is False
     assert doc["run"]["result"] not in ("failed", "aborted", "noncompliant")
+
+
+@pytest.mark.parametrize("playbook, play_vars, extra_vars, mode", [
+    ("audit.yml", {"sglang_audit": True}, {}, "audit"),
+    ("rollback.yml", {"sglang_fleet_report": True, "_sglang_rollback_run": True}, {}, "rollback"),
+    # The file name says nothing: the variables do (one vocabulary, module_utils/_runmode.py).
+    ("audit.yml", {}, {}, "remediate"),
+    ("rollback.yml", {"sglang_fleet_report": True}, {}, "remediate"),
+    ("nightly-check.yml", {}, {"sglang_audit": "true"}, "audit"),
+    ("site.yml", {"sglang_audit": False}, {"sglang_audit": True}, "audit"),
+])
+def test_the_run_mode_is_what_the_plays_variables_say(tmp_path, monkeypatch, playbook, play_vars, extra_vars, mode):
+    cb = report.CallbackModule()
+    monkeypatch.setattr(cb, "get_option", {"report_dir": str(tmp_path), "print_rows_max": 50, "keep": "200"}.get)
+    cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/" + playbook))
+    fleet = play(Inventory(["h1"]), **play_vars)
+    fleet._variable_manager.extra_vars = extra_vars
+    cb.v2_playbook_on_play_start(fleet)
+    cb.v2_runner_on_ok(result("h1", fact("h1", mode=mode)))
+    cb.v2_playbook_on_stats(Stats({}))
+    doc, md = read(tmp_path)
+    assert doc["run"]["mode"] == mode and doc["run"]["playbook"] == playbook and "- mode: %s;" % mode in md
 
 
 def test_a_rolled_back_host_says_what_was_restored_not_patched():
@@ -222,9 +252,20 @@ def test_a_module_failure_with_a_running_container_stays_failed():
     assert report.unreachable_reason({"module_stderr": "Traceback ...", "msg": "MODULE FAILURE"}) is None
 
 
-def test_the_run_id_for_the_lease_is_the_report_directory(callback):
-    owner, _, name = os.environ[report.RUN_ID_ENV].partition(":")
-    assert owner == str(os.getpid()) and name == os.path.basename(callback.run_dir)
+def test_the_report_and_the_lease_name_the_same_run_without_a_channel(callback, tmp_path, monkeypatch):
+    """Both derive the id from the ansible-playbook process (the callback's own, the workers' parent)."""
+    from ansible_collections.fleetops.sglang.plugins.action import sglang_lease as lease_action
+
+    monkeypatch.delenv("SGLANG_RUN_ID", raising=False)
+    monkeypatch.setattr(lease_action.os, "getppid", os.getpid)  # as in a worker forked from this process
+    holder = lease_action.controller_holder()
+    assert holder["run_id"] == callback.run_id and holder["pid"] == os.getpid()
+    stamp, pid = callback.run_id.rsplit("-", 1)
+    assert os.path.basename(callback.run_dir) == "%s-%s-%s" % (stamp, os.path.splitext(callback.playbook)[0], pid)
+    callback.v2_playbook_on_play_start(play(Inventory(["h1"])))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    callback.v2_playbook_on_stats(Stats({"h1": 1}))
+    assert read(tmp_path)[0]["run"]["id"] == holder["run_id"]
 
 
 @pytest.mark.parametrize("keep, left", [("3", ["20261201T000300Z-audit-4", "20261201T000200Z-audit-3"]),
@@ -277,7 +318,7 @@ class GroupInventory(Inventory):
 
 def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
     inv = GroupInventory(["h1", "h2", "h3", "h4"], maintenance=["h2"])
-    probe = play(inv, _sglang_fleet_probe=True)
+    probe = play(inv, sglang_fleet_report="pass")
     probe.hosts = "sglang:!sglang_maintenance:!h3"
     probe._variable_manager.extra_vars = {"sglang_skip_hosts": "h3"}  # -e sglang_skip_hosts=h3
     callback.v2_playbook_on_play_start(probe)
@@ -295,7 +336,7 @@ def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
     cb = report.CallbackModule()
     cb.get_option = {"report_dir": str(tmp_path / "own"), "print_rows_max": 50, "keep": "0"}.get
     cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
-    own = play(GroupInventory(["h1", "h2"], maintenance=[]), _sglang_fleet_probe=True)
+    own = play(GroupInventory(["h1", "h2"], maintenance=[]), sglang_fleet_report="pass")
     own.hosts = "sglang:!h2:!sglang_maintenance"
     own._variable_manager.extra_vars = {}
     cb.v2_playbook_on_play_start(own)
@@ -339,7 +380,7 @@ def test_each_steps_soak_verdict_is_in_the_report_and_a_failed_one_fails_its_hos
                                                action="rolled back this batch, stopped")))
     # The last play fails the host that failed its soak; the epilogue counts no batch.
     inv.batch = ["h2"]
-    callback.v2_playbook_on_play_start(play(inv, role="none", _sglang_fleet_epilogue=True))
+    callback.v2_playbook_on_play_start(play(inv, role="none", sglang_fleet_report="pass"))
     callback.v2_runner_on_failed(result("h2", {"msg": "h2: the soak of 60 s after this host's step failed"},
                                         "Fail the host whose soak failed"))
     callback.v2_playbook_on_stats(Stats({"h1": 5, "h2": 5, "h3": 5}))

@@ -1,4 +1,4 @@
-"""The forward-capture check (module_utils/sglang_forward*.py) on real release files.
+"""The forward-capture check (module_utils/_forward*.py) on real release files.
 
 The check executes each release's own capture code (set_eagle3_layers_to_capture,
 DeepseekV2Model.forward and, from 0.5.14, the decoder layer with its
@@ -24,16 +24,16 @@ from pathlib import Path
 import pytest
 
 from conftest import DIST, HUNKS, LIBRARY, MODULE_UTILS_DIR, E, run_module
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward as F
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_forward_code as FC
+from ansible_collections.fleetops.sglang.plugins.module_utils import _forward as F
+from ansible_collections.fleetops.sglang.plugins.module_utils import _forward_code as FC
 import parser_venv
 from zygote import Zygote
 
-HARNESS_PATH = MODULE_UTILS_DIR / "sglang_forward_harness.py"
+HARNESS_PATH = MODULE_UTILS_DIR / "_forward_harness.py"
 DS = DIST.DEEPSEEK_FILE
 TRAINED = ["embedding", "output of layer 2", "output of layer 30"]
 EXECUTED = "forward: embedding, L2, L30 (executed)"
-# One release per family and both sides of every boundary (sglang-facts.md): body A with
+# One release per family and both sides of every boundary (the README's per-release table): body A with
 # companion_cg_local (0.5.4.post2 .. 0.5.7, _dummy_run from 0.5.6) and companion_cg_attr
 # (0.5.8 .. 0.5.10.post1, three-value layers from 0.5.10), body A without companion
 # (0.5.11 .. 0.5.12.post1), body B on the L forward (0.5.13, 0.5.13.post1), C (0.5.14 ..

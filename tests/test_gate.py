@@ -127,23 +127,29 @@ def test_a_server_that_fails_its_gate_says_why_and_records_nothing(tmp_path, run
         expected=dict(EXPECTED, speculative_num_steps=9, version="0.5.14"), accept_length_min=50.0,
         record=dict(components={"sglang": "value:abc"}, state_file=str(state))))
     assert rc == 0, res
-    assert res["failures"][0] == "serves version 0.5.9 with steps/topk/draft tokens 15/1/16; expected 0.5.14 with 9/1/16."
-    assert "below sglang_accept_length_min=50.0" in res["failures"][1], res["failures"]
+    assert res["failures"][0] == {
+        "code": "live.settings_differ",
+        "text": "serves version 0.5.9 with steps/topk/draft tokens 15/1/16; expected 0.5.14 with 9/1/16."}
+    assert res["failures"][1]["code"] == "live.accept_length_low", res["failures"]
+    assert "below sglang_accept_length_min=50.0" in res["failures"][1]["text"], res["failures"]
     assert res["recorded"] is False and res["changed"] is False and not state.exists()
 
 
 def test_gate_failures_hold_what_is_expected_and_nothing_more():
-    from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import gate_failures
+    from ansible_collections.fleetops.sglang.plugins.module_utils._live import gate_failures
     info = {"version": "0.5.9", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 15,
             "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 16}
     assert gate_failures(info, EXPECTED, 3.2, 2.5) == []
     # A rollback holds the release only, and no accept length.
     assert gate_failures(dict(info, speculative_num_steps=3), {"version": "0.5.9"}, None, 0) == []
-    assert gate_failures(info, {"version": "0.5.12"}, None, 0) == ["serves version 0.5.9, expected 0.5.12."]
+    assert gate_failures(info, {"version": "0.5.12"}, None, 0) == [
+        {"code": "live.settings_differ", "text": "serves version 0.5.9, expected 0.5.12."}]
     # A setting the server does not report cannot be shown to run as rendered.
     assert gate_failures(dict(info, speculative_eagle_topk=None), EXPECTED, 3.2, 0) == [
-        "serves version 0.5.9 with steps/topk/draft tokens 15/?/16; expected 0.5.9 with 15/1/16."]
+        {"code": "live.settings_differ",
+         "text": "serves version 0.5.9 with steps/topk/draft tokens 15/?/16; expected 0.5.9 with 15/1/16."}]
     assert gate_failures(dict(info, speculative_algorithm="NEXTN"), EXPECTED, 3.2, 0) != []
     assert gate_failures(info, EXPECTED, None, 2.5) == [
-        "speculative decoding accepts ? tokens per step, below sglang_accept_length_min=2.5; the draft is probably"
-        " fed other hidden states than it was trained on."]
+        {"code": "live.accept_length_low",
+         "text": "speculative decoding accepts ? tokens per step, below sglang_accept_length_min=2.5; the draft is "
+                 "probably fed other hidden states than it was trained on."}]

@@ -1,4 +1,4 @@
-"""plugins/module_utils/sglang_inputs*.py: the role's input contract, one rule at a time.
+"""plugins/module_utils/_inputs*.py: the role's input contract, one rule at a time.
 
 Every case starts from the role's real defaults (defaults/main.yml, with the
 demo fleet's overrides where they matter) and changes one variable; the message
@@ -13,8 +13,8 @@ import yaml
 
 from conftest import COLLECTIONS_PATH, REPO, ROLE  # noqa: F401  (puts the collection on sys.path)
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as si  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as siv  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs as si  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs_values as siv  # noqa: E402
 
 
 def defaults() -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ import pytest
 from conftest import COLLECTIONS_PATH
 
 from ansible_collections.fleetops.sglang.plugins.action import sglang_lease as action
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_lease as lease
+from ansible_collections.fleetops.sglang.plugins.module_utils import _lease as lease
 
 NOW = 1_796_128_100.0
 ME = {"run_id": "20261201T122800Z-remediate-200", "controller": "bastion-1", "user": "bob", "pid": 200,
@@ -90,7 +91,7 @@ def test_two_processes_racing_take_it_once(tmp_path):
     """The guard makes read-decide-write atomic: of many takers at once, exactly one wins."""
     path = str(tmp_path / "lease.json")
     code = ("import sys, time; sys.path.insert(0, %r);"
-            "from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile;"
+            "from ansible_collections.fleetops.sglang.plugins.module_utils._lease import LeaseFile;"
             "r = LeaseFile(%r).try_acquire({'run_id': sys.argv[1]}, time.time(), 7200);"
             "print(r['acquired'])") % (str(COLLECTIONS_PATH), path)
     procs = [subprocess.Popen([sys.executable, "-c", code, "run-%d" % i], stdout=subprocess.PIPE, text=True)
@@ -104,19 +105,20 @@ def test_a_local_holder_whose_process_is_gone_is_detected():
     proc.wait()
     assert action.local_process_gone(proc.pid, None) is True
     me = os.getpid()
-    assert action.local_process_gone(me, action.process_started(me)) is False
+    assert action.local_process_gone(me, lease.process_started(me)) is False
     # The pid reused by a process that started later is not the holder.
-    assert action.local_process_gone(me, action.process_started(me) - 3600) is True
+    assert action.local_process_gone(me, lease.process_started(me) - 3600) is True
     assert action.local_process_gone("not a pid", None) is False
 
 
-def test_the_controller_names_itself_by_the_report_run(monkeypatch):
-    monkeypatch.setenv(action.RUN_ID_ENV, "%d:20261201T122800Z-remediate-%d" % (os.getppid(), os.getppid()))
+def test_the_controller_names_itself_by_its_process_whatever_the_environment(monkeypatch):
+    parent = os.getppid()
     holder = action.controller_holder()
-    assert holder["run_id"] == "20261201T122800Z-remediate-%d" % os.getppid() and holder["pid"] == os.getppid()
-    # A value inherited from a parent ansible-playbook is another run's: not used.
-    monkeypatch.setenv(action.RUN_ID_ENV, "1:parent-run")
-    assert action.controller_holder()["run_id"] != "parent-run"
+    assert holder["pid"] == parent and holder["run_id"] == lease.run_id_of(parent, lease.process_started(parent))
+    assert re.fullmatch(r"\d{8}T\d{6}Z-%d" % parent, holder["run_id"])
+    # Nothing another process left in the environment (1.x's SGLANG_RUN_ID) names this run.
+    monkeypatch.setenv("SGLANG_RUN_ID", "%d:parent-run" % parent)
+    assert action.controller_holder()["run_id"] == holder["run_id"]
 
 
 def test_taking_the_lease_creates_the_state_directory_0700_or_fixes_its_mode(tmp_path):
@@ -138,7 +140,7 @@ def test_taking_the_lease_creates_the_state_directory_0700_or_fixes_its_mode(tmp
     assert fixed.dir_changed is True and (state.stat().st_mode & 0o7777) == 0o700
 
 
-# --- heartbeats across controllers, and breaking a lease (issue 26, part 7) ------------------
+# --- heartbeats across controllers, and breaking a lease -----------------------------------
 def test_a_lease_whose_heartbeat_is_older_than_stale_is_taken_over_from_any_controller():
     quiet = dict(OTHER, heartbeat=NOW - 400)
     verdict, why = lease.decide(quiet, ME, NOW, ttl=7200, stale=300)

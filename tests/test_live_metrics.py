@@ -39,8 +39,8 @@ def _load(name: str):
     return mod
 
 
-LIVE = _load("sglang_live")
-METRICS = _load("sglang_metrics")
+LIVE = _load("_live")
+METRICS = _load("_metrics")
 
 
 # ----------------------------------------------------------- the releases' own field names
@@ -96,8 +96,9 @@ def test_a_server_as_rendered_is_fine_and_the_probe_measurement_is_preferred():
 def test_other_running_settings_are_a_live_finding():
     info = _info(speculative_num_steps=3, speculative_num_draft_tokens=4)
     r = LIVE.judge(info, "/server_info", "", [], EXPECTED, 0)
-    assert r["reasons"] == ["live: the server runs speculative_num_steps 3 (rendered 15), "
-                            "speculative_num_draft_tokens 4 (rendered 16)"]
+    assert r["reasons"] == [{"code": "live.settings_differ",
+                             "text": "live: the server runs speculative_num_steps 3 (rendered 15), "
+                                     "speculative_num_draft_tokens 4 (rendered 16)"}]
     assert r["classes"] == ["live_settings"]
     assert (r["accept_length"], r["accept_length_source"]) == (3.5, "server info")
 
@@ -106,7 +107,9 @@ def test_low_accept_length_is_a_finding_only_with_a_minimum():
     info = _info(internal_states=[{"avg_spec_accept_length": 1.6}, {"avg_spec_accept_length": 1.7}])
     assert LIVE.judge(info, "/server_info", "", [], EXPECTED, 0)["reasons"] == []
     r = LIVE.judge(info, "/server_info", "", [], EXPECTED, 2.5)
-    assert r["reasons"] == ["live: accept length 1.65 (server info, since the start) below sglang_accept_length_min 2.5"]
+    assert r["reasons"] == [{"code": "live.accept_length_low",
+                             "text": "live: accept length 1.65 (server info, since the start) below "
+                                     "sglang_accept_length_min 2.5"}]
     assert r["classes"] == ["live_accept_length"]
 
 
@@ -142,7 +145,8 @@ def test_server_info_falls_back_to_the_old_endpoint_only_on_404():
     assert LIVE.fetch_server_info(down, "http://h:1", 5) == (None, "", "ConnectionRefusedError")
     assert calls == ["http://h:1/server_info"]
     r = LIVE.judge(None, "", "ConnectionRefusedError", [], EXPECTED, 2.5)
-    assert r["reasons"] == ["live: server info unavailable (ConnectionRefusedError)"]
+    assert r["reasons"] == [{"code": "live.unavailable",
+                             "text": "live: server info unavailable (ConnectionRefusedError)"}]
     assert r["classes"] == ["live_unavailable"]
 
 
@@ -199,21 +203,24 @@ def test_restarts_persist_and_last_success_survives_a_failed_run(tmp_path):
     assert [p.name for p in prom.parent.iterdir()] == ["sglang_remediation.prom"]
 
 
-def test_drift_lines_map_to_failure_classes():
-    drift = ["sglang 0.5.8 installed, 0.5.9 wanted", "SGLang source not remediated", "draft config layer ids",
-             "unit file", "running server differs from the files", "live: accept length 1.6 (probe, 2 requests)"
-             " below sglang_accept_length_min 2.5", "live: the server runs speculative_num_steps 3 (rendered 15)",
-             "live: the server refused the key (401)"]
+def test_drift_codes_map_to_failure_classes():
+    drift = ["release.not_pinned", "source.unpatched", "draft.ids_differ", "unit.differs", "server.differs",
+             "live.accept_length_low", "live.settings_differ", "live.auth_refused"]
     assert METRICS.classify(drift, "gate failed") == [
         "release", "source", "draft_config", "service_files", "running_server", "live_settings",
         "live_accept_length", "live_auth", "error"]
-    assert METRICS.classify(["api_keys file (sglang_api_key, sglang_admin_api_key)"]) == ["service_files"]
+    assert METRICS.classify(["api_keys.differs"]) == ["service_files"]
+    # A text, or a code the table does not know, is an error, not some class.
+    for unknown in ("unit file", "live.something_new", None):
+        with pytest.raises(ValueError, match="unknown reason code"):
+            METRICS.classify([unknown])
 
 
 def test_metrics_module_writes_nothing_in_check_mode_and_writes_otherwise(tmp_path):
     prom, state = tmp_path / "tf" / "sglang_remediation.prom", tmp_path / "state.json"
     args = dict(path=str(prom), state_file=str(state), compliant=False, release="0.5.9", decision="patch",
-                family="body_a_loop", draft_ids=[-1, 2, 30], drift=["unit file"], restarts=1, mode="remediate")
+                family="body_a_loop", draft_ids=[-1, 2, 30], drift=[{"code": "unit.differs", "text": "unit file"}],
+                restarts=1, mode="remediate")
     rc, res = run_module(METRICS_MODULE, tmp_path, args, check_mode=True)
     assert rc == 0 and res["written"] is False and res["changed"] is False, res
     assert not prom.parent.exists() and not state.exists()
@@ -223,6 +230,9 @@ def test_metrics_module_writes_nothing_in_check_mode_and_writes_otherwise(tmp_pa
     assert prom.read_text() == res["text"] and res["last_success"] is None
     rc, res = run_module(METRICS_MODULE, tmp_path, dict(args, path=str(tmp_path / "x.txt")))
     assert rc == 1 and "only *.prom" in res["msg"]
+    # A finding whose code the table does not know fails the module, so the textfile never says "no class".
+    rc, res = run_module(METRICS_MODULE, tmp_path, dict(args, drift=[{"code": "unit.reworded", "text": "unit file"}]))
+    assert rc == 1 and "unknown reason code 'unit.reworded'" in res["msg"], res
 
 
 # ------------------------------------------------------- against the running test double
@@ -294,7 +304,8 @@ def test_probe_finds_a_host_degraded_at_run_time_while_its_files_are_compliant(
     # The files are still right: the probe ends the run there; live says what is wrong.
     assert res["compliant"] is True and res["restart_needed"] is False
     assert res["live"]["classes"] == ["live_accept_length"], res["live"]
-    assert res["live"]["reasons"][0].startswith("live: accept length 1.")
+    assert res["live"]["reasons"][0]["code"] == "live.accept_length_low"
+    assert res["live"]["reasons"][0]["text"].startswith("live: accept length 1.")
     second = _samples(prom.read_text())
     assert second["sglang_remediation_compliant"] == 0
     assert second['sglang_remediation_failure{class="live_accept_length"}'] == 1
@@ -316,8 +327,9 @@ def test_probe_finds_a_server_started_with_other_flags(host, tmp_path, run_doubl
     double = _remediated_double(tmp_path / "srv", run_double, real_059, steps=3, draft_tokens=4)
     res = h.probe(**_probe_args(h, double, tmp_path, prompts=[]))
     assert res["compliant"] is True
-    assert res["live"]["reasons"] == ["live: the server runs speculative_num_steps 3 (rendered 15), "
-                                      "speculative_num_draft_tokens 4 (rendered 16)"], res["live"]
+    assert res["live"]["reasons"] == [{"code": "live.settings_differ",
+                                       "text": "live: the server runs speculative_num_steps 3 (rendered 15), "
+                                               "speculative_num_draft_tokens 4 (rendered 16)"}], res["live"]
     assert res["live"]["settings"]["version"] == "0.5.9"
     text = (tmp_path / "textfile" / "sglang_remediation.prom").read_text()
     assert 'sglang_remediation_failure{class="live_settings"} 1' in text
@@ -373,8 +385,10 @@ def test_secrets_are_redacted_from_server_info():
     assert out["admin_api_key"] is None and out["port"] == 1 and out["internal_states"][0]["avg_spec_accept_length"] == 3.0
 
 
-@pytest.mark.parametrize("key, reason", [("wrong-key-0123456789", "live: the server refused the key (401)"),
-                                         ("", "live: the server asks for an API key (401) and sglang_api_key is empty")])
+@pytest.mark.parametrize("key, reason", [
+    ("wrong-key-0123456789", {"code": "live.auth_refused", "text": "live: the server refused the key (401)"}),
+    ("", {"code": "live.auth_missing",
+          "text": "live: the server asks for an API key (401) and sglang_api_key is empty"})])
 def test_probe_of_a_keyed_server_reads_with_the_key_and_reports_a_refused_one(host, tmp_path, run_double, real_059,
                                                                              key, reason):
     h = host("0.5.9")

@@ -1,4 +1,4 @@
-"""roles/sglang/files/parse_server_args.py run by SGLang itself, on CPU, one release per family.
+"""plugins/module_utils/_parse_server_args.py run by SGLang itself, on CPU, one release per family.
 
 The venv (testbed/parser_venv) holds torch CPU and the release installed --no-deps
 with only the packages prepare_server_args needs. What is proven here:
@@ -8,7 +8,9 @@ with only the packages prepare_server_args needs. What is proven here:
   names the variable, the rendered 16 and the 2 SGLang would run;
 * an alias in sglang_extra_args that the static check would refuse is also
   caught by the comparison (the static check is bypassed to show it);
-* the flag table sglang_flagtable reads with ast equals SGLang's argparse.
+* the flag table _flagtable reads with ast equals SGLang's argparse;
+* sglang_server_flags (its ``resolve``) runs the same script with a release's Python and
+  maps its verdict: as rendered passes, a rewrite fails the module.
 
 The role's defaults are parsed by a fresh interpreter per release, as on a host; the other
 cases run the same script in a child forked from one per release that has imported
@@ -23,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 
@@ -31,10 +34,11 @@ import pytest
 from ansible.plugins.filter.core import FilterModule as CoreFilters
 
 import parser_venv
-from conftest import MODULE_UTILS_DIR, REPO, ROLE
+from conftest import MODULE_UTILS_DIR, MODULES, REPO, ROLE, run_module
 from zygote import Zygote
 
-SCRIPT = ROLE / "files" / "parse_server_args.py"
+SCRIPT = MODULE_UTILS_DIR / "_parse_server_args.py"
+FLAGS_MODULE = MODULES / "sglang_server_flags.py"
 RELEASES = ["0.5.9", "0.5.12.post1", "0.5.14", "0.5.23"]
 
 
@@ -45,9 +49,11 @@ def _load(name):
     return mod
 
 
-RULES = _load("sglang_speculative")
-FLAGS = _load("sglang_serverargs")
-FLAG_TABLE = _load("sglang_flagtable")
+RULES = _load("_speculative")
+FLAGS = _load("_serverargs")
+FLAG_TABLE = _load("_flagtable")
+PARSER = _load("_parse_server_args")
+OK, REFUSED = (PARSER.EXIT_STATUS[PARSER.OK], PARSER.OK), (PARSER.EXIT_STATUS[PARSER.REFUSED], PARSER.REFUSED)
 VARIABLES = dict(FLAGS.MANAGED_FLAGS)
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
@@ -134,7 +140,7 @@ def fresh(release, version):
 @pytest.mark.parametrize("version", RELEASES)
 def test_role_defaults_pass_with_sglangs_warnings(release, models, version):
     rc, out = parse(fresh(release, version), render(models))
-    assert (rc, out["status"]) == (0, "ok"), out
+    assert (rc, out["status"]) == OK, out
     assert out["differences"] == [] and out["device"] == ["cpu"]
     # Every managed flag the role rendered was compared with what SGLang resolved.
     assert out["compared"] == 9 and out["not_compared"] == []
@@ -148,7 +154,7 @@ def test_the_parse_alone_refuses_the_incident(forked, models, monkeypatch, versi
     argv = render(models, num_steps=1, eagle_topk=1, num_draft_tokens=16)
     assert argv[argv.index("--speculative-num-draft-tokens") + 1] == "16"
     rc, out = parse(forked(version).run, argv)
-    assert (rc, out["status"]) == (4, "refused"), out
+    assert (rc, out["status"]) == REFUSED, out
     assert out["differences"] == [{"variable": "sglang_speculative_num_draft_tokens",
                                    "flag": "--speculative-num-draft-tokens",
                                    "dest": "speculative_num_draft_tokens", "rendered": 16, "resolved": 2}]
@@ -161,7 +167,7 @@ def test_the_parse_alone_refuses_the_incident(forked, models, monkeypatch, versi
 def test_an_override_in_extra_args_is_caught_by_the_comparison(forked, models, version):
     extra = ["--tensor-parallel-size", "4", "--speculative-num-st", "2"]
     rc, out = parse(forked(version).run, render(models) + extra, extra=len(extra))
-    assert rc == 4, out
+    assert (rc, out["status"]) == REFUSED, out
     by_var = {d["variable"]: (d["rendered"], d["resolved"]) for d in out["differences"]}
     assert by_var == {"sglang_tp_size": (8, 4), "sglang_speculative_num_steps": (15, 2),
                       "sglang_speculative_num_draft_tokens": (16, 3)}
@@ -170,7 +176,7 @@ def test_an_override_in_extra_args_is_caught_by_the_comparison(forked, models, v
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_sglangs_parser_refusing_an_unknown_flag(forked, models, version):
     rc, out = parse(forked(version).run, render(models) + ["--no-such-flag"], extra=1)
-    assert (rc, out["status"]) == (4, "refused") and "unrecognized arguments: --no-such-flag" in out["msg"]
+    assert (rc, out["status"]) == REFUSED and "unrecognized arguments: --no-such-flag" in out["msg"]
 
 
 TABLE = """
@@ -233,3 +239,34 @@ def test_the_keys_reach_sglang_through_the_roles_config_file(forked, models, tmp
                                                                                     str(config)])])
     assert rc == 0, err[-3000:]
     assert json.loads(out.strip().splitlines()[-1])["admin_api_key"] is None
+
+
+def _venv_of(release, version, tmp_path):
+    """A virtualenv layout over a release's target dir, and a python that imports it (the module's O(python))."""
+    python, env = release(version)
+    target = env["PYTHONPATH"]
+    venv = tmp_path / "venv"
+    (venv / "lib" / "python3.11").mkdir(parents=True)
+    (venv / "lib" / "python3.11" / "site-packages").symlink_to(target)
+    wrapper = tmp_path / "python"
+    wrapper.write_text("#!/bin/sh\nPYTHONPATH=%s exec %s \"$@\"\n" % (shlex.quote(target), shlex.quote(python)))
+    wrapper.chmod(0o755)
+    return venv, wrapper
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_the_module_resolves_the_line_with_the_releases_own_server_args(release, models, tmp_path, version):
+    """sglang_server_flags with resolve: the role's defaults pass, with SGLang's warnings; the incident fails
+    the module, naming the variable, the rendered 16 and the 2 SGLang would run."""
+    venv, python = _venv_of(release, version, tmp_path)
+    args = dict(venv=str(venv), python=str(python), required=True)
+    rc, res = run_module(FLAGS_MODULE, tmp_path, dict(args, resolve=render(models)))
+    assert rc == 0 and res["release"] == version and res["resolved"] is True, res
+    assert res["resolution"]["status"] == PARSER.OK and res["resolution"]["differences"] == []
+    assert any("Max running requests is reset to 48" in w for w in res["resolution"]["warnings"]), res
+    argv = render(models)
+    argv[argv.index("--speculative-num-steps") + 1] = "1"
+    rc, res = run_module(FLAGS_MODULE, tmp_path, dict(args, resolve=argv))
+    assert rc != 0 and res["failed"] and res["resolution"]["status"] == PARSER.REFUSED, res
+    assert "sglang_speculative_num_draft_tokens (--speculative-num-draft-tokens): rendered 16, " \
+           "SGLang would run 2" in res["msg"], res["msg"]

@@ -1,13 +1,16 @@
 """The patch engine against real SGLang release files (downloaded at test time).
 
-The expected decision per release is the specification (sglang-facts.md); every
+The expected decision per release is the specification (README, "What the role decides, per
+release", read in each wheel's sglang/srt/models/deepseek_v2.py); every
 other assertion is about what the engine does to the real files.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (COLLECTIONS_PATH, DIST, FILEIO, HUNKS, LIBRARY, SHAPES, TEMPLATES, VERIFY, E,
-                      render_templates, run_module)
+from conftest import (COLLECTIONS_PATH, DIST, FILEIO, HUNKS, LIBRARY, PATCHES, SHAPES, VERIFY, E,
+                      run_module)
 import sglang_wheels
 
 DS = DIST.DEEPSEEK_FILE
@@ -285,11 +288,14 @@ def test_record_hash_conversion(release_tree):
     assert inst.record[DS] == FILEIO.sha256_hex(wheel_bytes("0.5.9", DS))
 
 
-def test_templates_render_without_undefined_variables():
-    for name, text in render_templates().items():
+def test_every_shipped_patch_parses_and_marks_what_it_adds():
+    # One patch per name the decision table can pick (the families and the companions), no other.
+    picked = set(SHAPES.FAMILY_TEMPLATES.values()) | set(re.findall(r'"(companion_\w+)"', inspect.getsource(SHAPES)))
+    assert picked == set(PATCHES.PATCHES), sorted(picked ^ set(PATCHES.PATCHES))
+    for name, text in PATCHES.PATCHES.items():
         hunks = HUNKS.parse_patch(text)
-        assert hunks and all("sglang-remediation" in h.new for h in hunks), name
-        assert "{{" not in text and "{#" not in text
+        assert hunks and all(PATCHES.MARKER in h.new for h in hunks), name
+        assert "@MARKER@" not in text, name
 
 
 # ----------------------------------------------------------------- the module
@@ -342,7 +348,7 @@ def test_engine_runs_on_python_39(make_venv, patches, tmp_path):
     (tmp_path / "patches.json").write_text(json.dumps(patches))
     # The engine's files import each other by the collection's name, as on a host.
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
-            "import ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 as e; "
+            "import ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 as e; "
             "import subprocess; "
             "run = lambda argv: (lambda p: (p.returncode, p.stdout, p.stderr))(subprocess.run("
             "argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)); "
@@ -358,36 +364,28 @@ def test_engine_runs_on_python_39(make_venv, patches, tmp_path):
 PLAYBOOK = """
 - hosts: localhost
   gather_facts: false
-  vars:
-    sglang_patch_marker: "sglang-remediation eagle3-embed v1"
-    rendered:
-      body_a_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_a_loop.hunks.j2') }}"
-      body_b_loop: "{{ lookup('ansible.builtin.template', '%(templates)s/body_b_loop.hunks.j2') }}"
-      companion_cg_local: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_local.hunks.j2') }}"
-      companion_cg_attr: "{{ lookup('ansible.builtin.template', '%(templates)s/companion_cg_attr.hunks.j2') }}"
   tasks:
-    - name: Apply the embedding-capture patch
+    - name: Apply the embedding-capture patch, with the hunks the module ships
       fleetops.sglang.sglang_eagle3:
         venv: "%(venv)s"
         backup_dir: "%(backup)s"
-        patches: "{{ rendered }}"
       register: applied
-    - name: Save what the module and the lookup returned
+    - name: Save what the module returned
       ansible.builtin.copy:
         dest: "%(out)s"
-        content: "{{ {'applied': applied, 'rendered': rendered} | to_json }}"
+        content: "{{ {'applied': applied} | to_json }}"
 """
 
 
 def test_through_ansible_playbook(make_venv, patches, tmp_path):
-    """Ansible's lookup('template') renders what the tests render, and AnsiballZ runs the module."""
+    """AnsiballZ ships the patch data with the engine: no patches argument, the shipped hunks applied."""
     playbook = Path(sys.executable).parent / "ansible-playbook"
     if not playbook.exists():
         pytest.skip("ansible-playbook not installed next to this python")
     venv = make_venv("0.5.9")
     out = tmp_path / "out.json"
     (tmp_path / "pb.yml").write_text(PLAYBOOK % {
-        "templates": str(TEMPLATES), "venv": venv,
+        "venv": venv,
         "backup": tmp_path / "bk", "out": out})
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH),
                ANSIBLE_NOCOLOR="1")
@@ -397,6 +395,5 @@ def test_through_ansible_playbook(make_venv, patches, tmp_path):
                           universal_newlines=True)
     assert proc.returncode == 0, proc.stdout[-3000:]
     data = json.loads(out.read_text())
-    assert data["rendered"] == patches
     assert data["applied"]["changed"] and data["applied"]["compliant"]
     assert data["applied"]["checks"] == {"compiled": True, "semantic": True}

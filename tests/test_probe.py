@@ -34,6 +34,15 @@ def tree_snapshot(root: Path):
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def F(code: str, text: str):
+    """A finding as the probe returns it (plugins/module_utils/_reasons.py)."""
+    return {"code": code, "text": text}
+
+
+def codes(res):
+    return [r["code"] for r in res["reasons"]]
+
+
 # ------------------------------------------------------------------------ tests
 
 
@@ -66,9 +75,10 @@ def test_pristine_059_needs_the_patch_and_a_restart(host):
     res = h.probe()
     assert res["compliant"] is False and res["restart_needed"] is True
     assert res["eagle3"]["file_state_before"] == "pristine"
-    assert any(r.startswith("deepseek_v2.py pristine: patch needed") for r in res["reasons"]), res["reasons"]
+    assert any(r["code"] == "source.unpatched" and r["text"].startswith("deepseek_v2.py pristine: patch needed")
+               for r in res["reasons"]), res["reasons"]
     # The draft holds the ids already; only the file is the problem.
-    assert not any(r.startswith("draft ids") for r in res["reasons"])
+    assert "draft.ids_differ" not in codes(res)
 
 
 def test_native_0514_with_translated_ids_is_compliant(host):
@@ -86,9 +96,9 @@ def test_native_0514_with_the_users_ids_in_the_draft_is_not(host):
     h.draft.write_text(json.dumps(config, indent=2) + "\n")
     res = h.probe()
     assert res["compliant"] is False
-    assert "draft ids [-1, 2, 30] != [0, 3, 31]" in res["reasons"]
+    assert F("draft.ids_differ", "draft ids [-1, 2, 30] != [0, 3, 31]") in res["reasons"]
     # The draft config is a fingerprint component too.
-    assert "fingerprint differs (draft_config): restart needed" in res["reasons"]
+    assert F("server.fingerprint_differs", "fingerprint differs (draft_config): restart needed") in res["reasons"]
 
 
 def test_wrong_draft_ids_on_a_patched_release(host):
@@ -97,24 +107,25 @@ def test_wrong_draft_ids_on_a_patched_release(host):
     config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 30, 58]
     h.draft.write_text(json.dumps(config) + "\n")
     res = h.probe()
-    assert "draft ids [2, 30, 58] != [-1, 2, 30]" in res["reasons"]
+    assert F("draft.ids_differ", "draft ids [2, 30, 58] != [-1, 2, 30]") in res["reasons"]
     h.draft.unlink()
     res = h.probe()
-    assert "draft config %s does not exist" % h.draft in res["reasons"]
+    assert F("draft.missing", "draft config %s does not exist" % h.draft) in res["reasons"]
 
 
 def test_version_mismatch(host):
     h = host("0.5.9")
     res = h.probe(expected_version="0.5.12.post1")
     assert res["compliant"] is False and res["release"] == "0.5.9"
-    assert res["reasons"] == ["sglang 0.5.9 installed, 0.5.12.post1 pinned"]
+    assert res["reasons"] == [F("release.not_pinned", "sglang 0.5.9 installed, 0.5.12.post1 pinned")]
 
 
 def test_missing_venv(host, tmp_path):
     h = host("0.5.9")
     res = h.probe(venv=str(tmp_path / "nowhere"))
     assert res["compliant"] is False and res["release"] is None and res["restart_needed"] is True
-    assert res["reasons"][0].startswith("sglang 0.5.9 not installed in %s" % (tmp_path / "nowhere"))
+    assert res["reasons"][0]["code"] == "release.not_installed"
+    assert res["reasons"][0]["text"].startswith("sglang 0.5.9 not installed in %s" % (tmp_path / "nowhere"))
 
 
 def test_unit_and_env_hash_mismatch(host):
@@ -122,10 +133,10 @@ def test_unit_and_env_hash_mismatch(host):
     files = h.args()["files"]
     files["unit"]["sha256"] = hashlib.sha256(b"another rendering").hexdigest()
     res = h.probe(files=files)
-    assert res["reasons"] == ["unit differs from the rendered one"]
+    assert res["reasons"] == [F("unit.differs", "unit differs from the rendered one")]
     h.env.unlink()
     res = h.probe(files=files)
-    assert "environment %s does not exist" % h.env in res["reasons"]
+    assert F("environment.differs", "environment %s does not exist" % h.env) in res["reasons"]
     # The env content never appears in the result.
     assert "secret" not in json.dumps(res)
 
@@ -134,17 +145,19 @@ def test_fingerprint_mismatch(host):
     h = host("0.5.9")
     h.unit.write_text(h.unit.read_text() + "# edited\n")
     res = h.probe(files={})  # the rendered one matches what is on disk now; the server ran on the old
-    assert res["reasons"] == ["fingerprint differs (unit): restart needed"] and res["restart_needed"]
+    assert res["reasons"] == [F("server.fingerprint_differs", "fingerprint differs (unit): restart needed")]
+    assert res["restart_needed"]
     h.state_file.unlink()
     res = h.probe(files={})
-    assert res["reasons"] == ["no healthy start recorded: restart needed"]
+    assert res["reasons"] == [F("server.not_recorded", "no healthy start recorded: restart needed")]
 
 
 def test_fingerprint_follows_the_sglang_component(host):
     """A different command, or a pre-rendered sglang value, changes the fingerprint."""
     h = host("0.5.9")
     comps = dict(h.components, sglang="value:something else")
-    assert h.probe(fingerprint_components=comps)["reasons"] == ["fingerprint differs (sglang): restart needed"]
+    assert h.probe(fingerprint_components=comps)["reasons"] == [
+        F("server.fingerprint_differs", "fingerprint differs (sglang): restart needed")]
     comps = dict(h.components, sglang="value:" + h.fix["fingerprint"])
     assert h.probe(fingerprint_components=comps)["compliant"] is True
 
@@ -152,7 +165,8 @@ def test_fingerprint_follows_the_sglang_component(host):
 def test_service_inactive(host):
     h = host("0.5.9")
     res = h.probe(active=False)
-    assert res["reasons"] == ["service sglang not active"] and res["active"] is False and res["restart_needed"]
+    assert res["reasons"] == [F("server.inactive", "service sglang not active")]
+    assert res["active"] is False and res["restart_needed"]
     # Without a managed service nothing about it is checked (golden images).
     res = h.probe(active=False, service_manage=False, files={"unit": {"path": "/nonexistent", "sha256": "0" * 64}})
     assert res["compliant"] is True and res["active"] is None
@@ -203,6 +217,8 @@ def ansible_env(tmp: Path) -> dict:
         ANSIBLE_LOCAL_TEMP=str(tmp / "ansible-local"),
         ANSIBLE_REMOTE_TEMP=str(tmp / "ansible-remote"),
         ANSIBLE_HOME=str(tmp / "ansible-home"),
+        # The test double that records as sglang_gate's record does (no server to gate here).
+        ANSIBLE_LIBRARY=str(Path(__file__).parent / "modules"),
     )
 
 
@@ -251,12 +267,10 @@ PLAYBOOK = """
         backup_dir: {backup}
       register: _sglang_fix
 
-    - name: Record as the role does after the gates, with the role's own sglang component
-      fleetops.sglang.sglang_fingerprint:
+    - name: Record as the role's gate does, with the role's own sglang component
+      record_fingerprint:
         components: "{{{{ _sglang_fp_components }}}}"
         state_file: "{{{{ _sglang_fingerprint_file }}}}"
-        service: sglang
-        state: record
       register: recorded
 
     # vars/main.yml's expression before the engine returned the value: a host

@@ -1,8 +1,8 @@
-"""plugins/action/sglang_probe.py and module_utils/sglang_fastpath.py: the fast path's controller side.
+"""plugins/action/sglang_probe.py and module_utils/_fastpath.py: the fast path's controller side.
 
 The action must refuse what the role's own argument validation and its preflight task
 refuse, with the same messages (the same code: ArgumentSpecValidator on the role's
-meta/argument_specs.yml, and sglang_inputs.variable_errors); a compliant host's row
+meta/argument_specs.yml, and _inputs.variable_errors); a compliant host's row
 must carry what the role's report task would record for it.
 """
 from __future__ import annotations
@@ -13,9 +13,9 @@ from conftest import COLLECTIONS_PATH, ROLE  # noqa: F401  (puts the collection 
 
 from ansible_collections.fleetops.sglang.plugins.action import sglang_probe as action  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fastpath as fp  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as si  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as rows  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _fastpath as fp  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs as si  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as rows  # noqa: E402
 
 
 def spec() -> dict:
@@ -53,7 +53,7 @@ def test_spec_errors_are_the_role_validation_messages():
 
 
 def test_variable_checks_are_the_preflight_function_not_a_copy():
-    # The preflight task calls the filter, the filter calls sglang_inputs; so does the action.
+    # The preflight task calls the filter, the filter calls _inputs; so does the action.
     assert action._inputs.variable_errors is si.variable_errors
     values = dict(defaults(), sglang_eagle3_layer_ids=[2, -1, 30], sglang_model_path="relative")
     via_preflight = filters.variable_errors(values, live_prompts=5)
@@ -87,9 +87,10 @@ def test_compliant_row_is_what_the_report_records_for_a_host_that_ends_at_its_pr
 
 
 def test_a_live_finding_makes_the_row_noncompliant_and_names_it():
-    probe = dict(PROBE, live={"reasons": ["live: accept length 1.2 < 2.5"]})
+    finding = {"code": "live.accept_length_low", "text": "live: accept length 1.2 < 2.5"}
+    probe = dict(PROBE, live={"reasons": [finding]})
     row = rows.probe_row("gpu-01", "0.5.9", probe, FLAGS, audit=True)
-    assert row["compliant"] is False and row["drift"] == ["live: accept length 1.2 < 2.5"]
+    assert row["compliant"] is False and row["drift"] == [finding]
     assert row["mode"] == "audit"
     # Check mode is a flag of its own: the mode says what the run was.
     checked = rows.probe_row("h", "0.5.9", dict(PROBE, live=None), FLAGS, check_mode=True)

@@ -36,7 +36,7 @@ def test_every_alert_has_a_test_and_uses_metrics_the_textfile_writes():
     tested = {t["alertname"] for case in yaml.safe_load(RULES_TEST.read_text())["tests"]
               for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert {r["alert"] for r in rules} == tested
-    spec = importlib.util.spec_from_file_location("sglang_metrics", MODULE_UTILS_DIR / "sglang_metrics.py")
+    spec = importlib.util.spec_from_file_location("sglang_metrics", MODULE_UTILS_DIR / "_metrics.py")
     metrics = importlib.util.module_from_spec(spec)
     sys.modules["sglang_metrics"] = metrics
     spec.loader.exec_module(metrics)

@@ -51,7 +51,7 @@ def test_readme_variable_table_lists_every_variable():
 
 
 def test_readme_variable_table_is_the_generated_one():
-    """Defaults, meanings and the accepted column come from the specs and sglang_inputs.py."""
+    """Defaults, meanings and the accepted column come from the specs and _inputs.py."""
     import subprocess
 
     table = subprocess.run([str(ROOT / "scripts" / "variable-table")], capture_output=True, text=True,

@@ -1,9 +1,9 @@
-"""The rollout's plan (plugins/module_utils/sglang_rollout.py, the rollout_plan filter):
+"""The rollout's plan (plugins/module_utils/_rollout.py, the rollout_plan filter):
 capacity-bounded batches, canaries per group, and the refusals of sglang_serial."""
 import pytest
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import rollout_plan
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rollout as r
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout as r
 
 HOSTS = ["gpu-%02d" % i for i in range(1, 21)]
 
@@ -113,7 +113,8 @@ def test_soak_settings_are_refused_naming_the_variable(seconds, action, bad):
 
 @pytest.mark.parametrize("res,verdict", [
     ({"ready": True, "failures": []}, "passed"),
-    ({"ready": True, "failures": ["live: accept length 1.6 below 2.5"]}, "failed: live: accept length 1.6 below 2.5"),
+    ({"ready": True, "failures": [{"code": "live.accept_length_low", "text": "accepts 1.6 tokens, below 2.5"}]},
+     "failed: accepts 1.6 tokens, below 2.5"),
     ({"ready": False, "msg": "http://127.0.0.1:30000/health_generate not healthy after 30 polls"},
      "failed: http://127.0.0.1:30000/health_generate not healthy after 30 polls"),
     ({"failed": True, "msg": "live request 1 of 3 failed: timed out"}, "failed: live request 1 of 3 failed: timed out"),

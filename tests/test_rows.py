@@ -1,16 +1,22 @@
-"""plugins/module_utils/sglang_rows.py: the report rows read as data (audit.yml's verdict)."""
+"""plugins/module_utils/_rows.py: the report rows read as data (audit.yml's verdict)."""
 from __future__ import annotations
 
 from conftest import COLLECTIONS_PATH  # noqa: F401  (puts the collection on sys.path)
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import FilterModule
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as R
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as R
+
+
+def F(code, text):
+    """A finding as the rows hold them (plugins/module_utils/_reasons.py)."""
+    return {"code": code, "text": text}
 
 
 def test_only_hosts_not_compliant_are_named_with_drift_and_error():
     rows = {
         "a": {"compliant": True, "drift": [], "error": ""},
-        "b": {"compliant": False, "drift": ["unit file", "live: accept length 1.6 < 2.5"], "error": ""},
+        "b": {"compliant": False, "drift": [F("unit.differs", "unit file"),
+                                            F("live.accept_length_low", "live: accept length 1.6 < 2.5")], "error": ""},
         "c": {"compliant": False, "drift": [], "error": "Install SGLang: pip failed"},
         "d": None,  # never set a row (failed before it)
         "e": {"compliant": True},
@@ -59,19 +65,25 @@ def test_a_remediated_and_restarted_host_is_compliant_with_typed_columns():
 def test_drift_names_each_thing_not_as_it_should_be():
     row = build(fix=dict(FIX, release="0.5.8", compliant=False), draft={"compliant": False},
                 unit={"changed": True}, environment={"changed": True},
-                fingerprint={"restart_needed": True, "reasons": ["unit"]}, probe_live={"reasons": ["live: x"]},
-                audit=True)
-    assert row["drift"] == ["sglang 0.5.8 installed, 0.5.9 wanted", "SGLang source not remediated",
-                            "draft config layer ids", "unit file", "service environment",
-                            "running server differs from the files", "live: x"]
+                fingerprint={"restart_needed": True, "reasons": ["unit"]},
+                probe_live={"reasons": [F("live.settings_differ", "live: x")]}, audit=True)
+    assert row["drift"] == [F("release.not_pinned", "sglang 0.5.8 installed, 0.5.9 pinned"),
+                            F("source.unpatched", "SGLang source not remediated"),
+                            F("draft.ids_differ", "draft config layer ids"), F("unit.differs", "unit file"),
+                            F("environment.differs", "service environment"),
+                            F("server.differs", "running server differs from the files"),
+                            F("live.settings_differ", "live: x")]
     assert row["compliant"] is False and row["mode"] == "audit" and row["health"] == "not checked"
-    assert row["live"] == {"reasons": ["live: x"]}
+    assert row["live"] == {"reasons": [F("live.settings_differ", "live: x")]}
 
 
 def test_outside_audit_and_check_mode_written_files_are_not_drift_but_an_error_is():
     site = "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/models/deepseek_v2.py"
     undo = {"restored": ["/etc/systemd/system/sglang.service restored to sha256 %s (0644 root:root)" % ("a" * 64),
-                         "%s restored to sha256 %s (0644 root:root)" % (site, "b" * 64)],
+                         "%s restored to sha256 %s (0644 root:root)" % (site, "c" * 64)],
+            "restored_files": [{"path": "/etc/systemd/system/sglang.service", "sha256": "a" * 64, "mode": "0644",
+                                "owner": "root:root"},
+                               {"path": site, "sha256": "c" * 64, "mode": "0644", "owner": "root:root"}],
             "left": ["user sglang (created by this run)"], "service": {"active": True, "enabled": True},
             "release": "0.5.9", "id": "000003"}
     row = build(fix=FIX, draft={"compliant": False, "changed": True}, unit={"changed": True},
@@ -83,10 +95,15 @@ def test_outside_audit_and_check_mode_written_files_are_not_drift_but_an_error_i
     assert row["failed_task"] == "Fail when the server never became healthy"
     # The new server, then one on what was put back; the file in place is the one put back.
     assert row["restarted"] is True and row["restarts"] == 2
-    assert row["sha256_after"] == "b" * 64 and row["sha256_before"] == FIX["sha256_before"]
+    assert row["sha256_after"] == "c" * 64 and row["sha256_before"] == FIX["sha256_before"]
+    # Read from the records, never from the lines' wording.
+    worded = build(fix=FIX, error="x", undo=dict(undo, restored=["deepseek_v2.py is back as it was"]))
+    assert worded["sha256_after"] == "c" * 64
+    assert build(fix=FIX, error="x", undo=dict(undo, restored_files=[]))["sha256_after"] == FIX["sha256_after"]
     assert row["live"] is None or isinstance(row["live"], dict)
     # A failed run that never restarted put the files back and made no restart.
-    quiet = build(fix=FIX, error="Write the unit: read-only file system", undo=dict(undo, restored=undo["restored"][:1]))
+    quiet = build(fix=FIX, error="Write the unit: read-only file system",
+                  undo=dict(undo, restored=undo["restored"][:1], restored_files=undo["restored_files"][:1]))
     assert quiet["restarts"] == 0 and quiet["rolled_back"] is True and quiet["sha256_after"] == FIX["sha256_after"]
     # A putting-back that failed part-way lists what it put back, but the host is not rolled back
     # and nothing restarted on it.
@@ -114,7 +131,7 @@ def test_check_mode_names_what_would_change_as_restart_reasons():
                 fingerprint={"restart_needed": False, "reasons": []}, check_mode=True)
     assert row["restart_needed"] is True
     assert row["restart_reasons"] == ["SGLang source would change", "draft config would change", "unit would change"]
-    assert row["mode"] == "remediate" and row["check_mode"] is True and "unit file" in row["drift"]
+    assert row["mode"] == "remediate" and row["check_mode"] is True and F("unit.differs", "unit file") in row["drift"]
     # Without a managed service nothing would restart.
     assert build(fix=FIX, unit={"changed": True}, check_mode=True, service_manage=False)["restart_reasons"] == []
 
@@ -122,16 +139,20 @@ def test_check_mode_names_what_would_change_as_restart_reasons():
 def test_a_host_whose_engine_never_ran_has_defaults_not_errors():
     row = build()
     assert row["release"] == "0.5.9" and row["decision"] == "unknown" and row["family"] == ""
-    assert row["drift"] == ["sglang ? installed, 0.5.9 wanted", "SGLang source not remediated"]
+    assert row["drift"] == [F("release.not_pinned", "sglang ? installed, 0.5.9 pinned"),
+                            F("source.unpatched", "SGLang source not remediated")]
     assert build(check_mode=True)["decision"] == "pending-install"
     assert row["accept_length"] is None and row["tokens_per_s"] is None and row["server_args_warnings"] == []
 
 
-def test_server_args_warnings_come_from_the_parser_json_only_when_it_answered():
-    parse = {"rc": 4, "stdout": '{"warnings": ["speculative_num_draft_tokens was adjusted"]}'}
+def test_server_args_warnings_come_from_the_modules_resolution():
+    # sglang_server_flags' result; the failed result of a refusal carries its resolution too.
+    parse = {"failed": True, "resolved": True,
+             "resolution": {"status": "refused", "warnings": ["speculative_num_draft_tokens was adjusted"]}}
     assert build(fix=FIX, parse=parse)["server_args_warnings"] == ["speculative_num_draft_tokens was adjusted"]
-    assert build(fix=FIX, parse=dict(parse, rc=1))["server_args_warnings"] == []
-    assert build(fix=FIX, parse={"rc": 0, "stdout": "not json"})["server_args_warnings"] == []
+    unavailable = {"resolved": False, "resolution": {"status": "unavailable", "msg": "ImportError: no torch"}}
+    assert build(fix=FIX, parse=unavailable)["server_args_warnings"] == []
+    assert build(fix=FIX, parse={"skipped": True})["server_args_warnings"] == []
 
 
 def test_the_probe_row_and_the_report_row_are_one_builder():

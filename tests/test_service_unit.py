@@ -1,4 +1,4 @@
-"""The unit's sandbox: plugins/module_utils/sglang_service.py and the rendered sglang.service.j2."""
+"""The unit's sandbox: plugins/module_utils/_service.py and the rendered sglang.service.j2."""
 from __future__ import annotations
 
 import re
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from conftest import COLLECTIONS_PATH  # noqa: E402,F401 (puts the collection on sys.path)
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import FilterModule  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as svc  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _service as svc  # noqa: E402
 
 VAR = "sglang_service_extra_directives"
 

@@ -1,4 +1,4 @@
-"""Behaviour of plugins/module_utils/sglang_speculative.py, _modeldirs.py and _draftconfig.py on real-shaped inputs."""
+"""Behaviour of plugins/module_utils/_speculative.py, _modeldirs.py and _draftconfig.py on real-shaped inputs."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
 sys.path.insert(0, MODULE_UTILS)
 sys.path.insert(0, HERE)
 
-import sglang_speculative as ss  # noqa: E402
-import sglang_draftconfig as dc  # noqa: E402
-import sglang_modeldirs as md  # noqa: E402
+import _speculative as ss  # noqa: E402
+import _draftconfig as dc  # noqa: E402
+import _modeldirs as md  # noqa: E402
 from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
 
 TARGET = os.path.join(FIXTURES, "deepseek-v3")
@@ -42,7 +42,7 @@ def draft_dir(tmp_path):
 # --------------------------------------------------------------------------- #
 
 
-@pytest.mark.parametrize("name", ["sglang_speculative", "sglang_modeldirs", "sglang_draftconfig"])
+@pytest.mark.parametrize("name", ["_speculative", "_modeldirs", "_draftconfig"])
 def test_module_utils_is_python39_syntax_and_imports_no_ansible(name):
     """Standard library only, and the collection's own module_utils (which obey the same rule)."""
     src = open(os.path.join(MODULE_UTILS, name + ".py")).read()
@@ -335,7 +335,7 @@ def test_render_refuses_incident_triple():
 
 
 def test_render_leaves_managed_flag_judgement_to_the_release_aware_check():
-    """Whether --tp re-sets --tp-size depends on the installed parser (sglang_serverargs
+    """Whether --tp re-sets --tp-size depends on the installed parser (_serverargs
     judges it on the host before any write); rendering must not be the first place a
     bad variable is noticed, so it keeps extra args verbatim and refuses only non-strings."""
     assert _fixed(extra_args=["--tp", "4"])[-2:] == ["--tp", "4"]

@@ -10,7 +10,7 @@ import pytest
 from conftest import COLLECTIONS_PATH, HUNKS, REPO, SHAPES  # noqa: F401
 import sglang_wheels
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_modeldirs as md  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _modeldirs as md  # noqa: E402
 
 # One release of every forward family and both ends of the supported range.
 RELEASES = ("0.5.4.post2", "0.5.9", "0.5.13", "0.5.14", "0.5.17", "0.5.23")

@@ -41,8 +41,8 @@ td = _load_module()
 
 
 # --------------------------------------------------------------------------
-# Fake installs.  The fake sources mimic the shapes SGLang releases have (see
-# /work/shared/sglang-facts.md); the real 0.5.9 files come from the wheel.
+# Fake installs.  The fake sources mimic the shapes SGLang releases have (README, "What the
+# role decides, per release"); the real 0.5.9 files come from the wheel.
 # --------------------------------------------------------------------------
 
 # Up to the line where body A and the native 0.5.14 body differ.

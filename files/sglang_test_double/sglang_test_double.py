@@ -36,7 +36,7 @@ surface stays SGLang's:
                                      output of layer 2, output of layer 30)
   SGLANG_TEST_DOUBLE_FORWARD_HARNESS  path of the project's forward-capture
                                      harness (plugins/module_utils/
-                                     sglang_forward_harness.py, the files
+                                     _forward_harness.py, the files
                                      it imports next to it); where this
                                      python imports torch, the captured states are
                                      then EXECUTED with the installed code

@@ -10,7 +10,6 @@ writes the lease file under its guard.
 """
 from __future__ import annotations
 
-import datetime
 import getpass
 import os
 import socket
@@ -18,26 +17,11 @@ import time
 from typing import Any, Dict, Optional
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import describe, held_message
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import describe, held_message, process_started, run_id_of
 
 # Each waiting call returns after this many seconds, so that the controller can look
 # again whether a holder from this controller has gone in the meantime.
 WAIT_SLICE = 10
-# Set by the fleet report callback to "<pid>:<name of the run's report directory>".
-RUN_ID_ENV = "SGLANG_RUN_ID"
-
-
-def process_started(pid: int) -> Optional[float]:
-    """Epoch seconds a local process started (Linux /proc), None where it cannot be read."""
-    try:
-        with open("/proc/%d/stat" % pid, encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22 of stat(5); the first two were split off
-        with open("/proc/stat", encoding="ascii") as fh:
-            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def local_process_gone(pid: Any, started: Any) -> bool:
@@ -65,16 +49,14 @@ def controller_holder() -> Dict[str, Any]:
     """This run as a lease holder: the ansible-playbook process the workers were forked from."""
     pid = os.getppid()
     started = process_started(pid)
-    stamp = datetime.datetime.fromtimestamp(started or time.time(), datetime.timezone.utc)
-    owner, named = (os.environ.get(RUN_ID_ENV, "").split(":", 1) + [""])[:2]
-    # Only this process's own: a child ansible-playbook inherits its parent's value.
-    run_id = named if owner == str(pid) and named else "%s-%d" % (stamp.strftime("%Y%m%dT%H%M%SZ"), pid)
+    # The same id the fleet report records for this run (run.id), from the same process: no channel.
+    run_id = run_id_of(pid, started)
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
     return {"run_id": run_id, "controller": socket.gethostname(), "user": user, "pid": pid,
-            "started": started if started is not None else stamp.timestamp()}
+            "started": started if started is not None else time.time()}
 
 
 class ActionModule(ActionBase):

@@ -8,7 +8,7 @@ of the fast path in the probe's own worker, around the one remote call:
 
 1. with ``role_checks``, the role's variables are checked before anything is rendered:
    against meta/argument_specs.yml (entry point main, as the role's own validation
-   task does) and against the input rules of plugins/module_utils/sglang_inputs.py,
+   task does) and against the input rules of plugins/module_utils/_inputs.py,
    the same function, and so the same messages, as the preflight task;
 2. ``files.<name>.template`` is rendered here (the template lookup, as the template
    task would) and only its sha256 goes to the host;
@@ -24,18 +24,17 @@ import hashlib
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
+from ansible.plugins.action import ActionBase, VariableLayer
 from ansible.plugins.loader import lookup_loader
+from ansible.utils.display import Display
 from ansible.utils.vars import combine_vars
 
-try:  # ansible-core 2.21: facts of an action at set_fact's precedence, not the fact cache
-    from ansible.plugins.action import VariableLayer
-except ImportError:  # older cores register ansible_facts from the result
-    VariableLayer = None
+from ansible_collections.fleetops.sglang.plugins.module_utils import _fastpath
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
+from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_fastpath as _fastpath
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
+display = Display()
 
 MODULE = "fleetops.sglang.sglang_probe"
 # Options this plugin consumes; the module on the host never receives them.
@@ -47,12 +46,14 @@ def spec_errors(spec, values):
 
     ``values``: the role's variables that the spec names, already templated.
     """
-    validator = ArgumentSpecValidator(spec)
-    try:
-        result = validator.validate(values, validate_role_argument_spec=True)
-    except TypeError:  # ansible-core without role-spec mode
-        result = validator.validate(values)
+    result = ArgumentSpecValidator(spec).validate(values, validate_role_argument_spec=True)
     return list(result.error_messages)
+
+
+def textfile_args(textfile, audit):
+    """The textfile option with the run's mode as its label, unless the task gives one: the same
+    mode the row of a host that ends here gets (plugins/module_utils/_runmode.py)."""
+    return dict({"mode": _runmode.run_mode(audit)}, **dict(textfile))
 
 
 class ActionModule(ActionBase):
@@ -63,7 +64,7 @@ class ActionModule(ActionBase):
         """Leave the arguments as written: run() templates them after the role checks.
 
         A bad variable is then refused with its preflight message, not by the first
-        argument expression it breaks (ansible-core 2.21; older cores template first).
+        argument expression it breaks (ansible-core 2.21, the oldest meta/runtime.yml allows).
         """
         return value
 
@@ -96,20 +97,14 @@ class ActionModule(ActionBase):
         content = lookup.run([template], variables=task_vars)[0]
         return hashlib.sha256(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
 
-    def _join(self, group, result):
+    def _join(self, group):
         """Put this host in ``group`` (the rollout's hosts), as group_by would."""
-        add_group = getattr(self, "add_group", None)
-        if add_group is not None:
-            add_group(group, parent_group_names=["all"])
-        else:  # ansible-core before the worker inventory API: the strategy reads these keys
-            result["add_group"] = group
-            result["parent_groups"] = ["all"]
+        self.add_group(group, parent_group_names=["all"])
 
     def _set_facts(self, facts):
         """The row as a host variable, as set_fact sets it (what report.yml sets for the other hosts)."""
-        if VariableLayer is not None and hasattr(self, "register_host_variables"):
-            self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
-            self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
+        self.register_host_variables({}, VariableLayer.CACHEABLE_FACT)
+        self.register_host_variables(facts, VariableLayer.EPHEMERAL_FACT)
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -119,6 +114,9 @@ class ActionModule(ActionBase):
         report, fast_path, group = False, True, None
 
         if role_checks:
+            tags = (task_vars.get("ansible_run_tags"), task_vars.get("ansible_skip_tags"))
+            for message in _inputs.deprecated_tag_messages(*tags):
+                display.deprecated(message, version="3.0.0", collection_name="fleetops.sglang")
             msg, errors = self._role_errors(task_vars)
             if msg:
                 result.update(failed=True, msg=msg, errors=errors)
@@ -135,12 +133,15 @@ class ActionModule(ActionBase):
                 spec["sha256"] = self._render_sha256(spec.pop("template"), task_vars)
             files[name] = spec
         args["files"] = files
+        audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
+        if args.get("textfile"):
+            args["textfile"] = textfile_args(args["textfile"], audit)
 
         if not fast_path and not args.get("live"):
             # Nothing to read on the host: with the fast path off every host takes the full role.
             result.update(changed=False, compliant=False, probed=False, ends_here=False)
             if group:
-                self._join(group, result)
+                self._join(group)
             return result
 
         result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
@@ -155,12 +156,11 @@ class ActionModule(ActionBase):
                     "eagle_topk": task_vars.get("sglang_speculative_eagle_topk"),
                     "num_draft_tokens": task_vars.get("sglang_speculative_num_draft_tokens"),
                 })
-                audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
                 facts = {"sglang_remediation": _rows.probe_row(
                     task_vars.get("inventory_hostname"), str(args.get("expected_version")), result, flags,
                     audit=audit, check_mode=bool(self._task.check_mode or self._play_context.check_mode))}
                 self._set_facts(facts)
                 result["ansible_facts"] = facts
         elif group:
-            self._join(group, result)
+            self._join(group)
         return result

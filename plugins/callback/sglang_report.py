@@ -18,24 +18,30 @@ description:
     C(<report_dir>/runs/<UTC time>-<playbook>-<pid>/) after every event that changes a row, so the
     report exists even when the run aborts (failed canary, max_fail_percentage tripped,
     any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
-  - Only plays that apply the C(sglang) role (C(fleetops.sglang.sglang) or C(sglang)), or set the play variable
-    C(sglang_fleet_report=true), take part; helper plays (test bed preparation, compliance asserts) add no hosts.
-  - A play with the variable C(_sglang_fleet_probe=true) (the playbooks' probe pass over every host) adds its hosts
-    without counting as a batch; a host it leaves for the rollout stays C(not reached) until its batch starts.
-  - A play with the variable C(_sglang_fleet_epilogue=true) (remediate.yml's last play, which fails the hosts whose
-    soak failed) takes part without counting as a batch.
+  - Which plays take part is said by one play variable, C(sglang_fleet_report), which the collection's playbooks set
+    on every play they report on. V(true) (or V(batch)) - the play's hosts are a batch (remediate.yml's rollout,
+    rollback.yml). V(pass) - a pass over the whole fleet that is not a batch (the probe pass of remediate.yml and
+    audit.yml, remediate.yml's last play), which adds its hosts; a host it leaves for the rollout stays
+    C(not reached) until its batch starts.
+  - A play that does not set it takes part as a batch when it runs the C(sglang) role (C(fleetops.sglang.sglang) or
+    C(sglang), in C(roles) or imported), as a site playbook's own play does; other plays (test bed preparation,
+    compliance asserts) add no hosts.
   - The fact C(sglang_soak) (tasks/soak.yml, after a rollout step) is the soak's verdict. The run gets one entry in
     C(run.soaks) per step (batch, seconds, passed, action, verdict per host) and each host re-read gets its step's
     verdict in its row's C(soak); a host that failed it gets the status C(failed).
   - Hosts the playbooks leave out because they are known to be out (the group C(sglang_maintenance), the extra
     variable C(sglang_skip_hosts)) get the status C(skipped (maintenance)); they need no attention.
-  - The mode is taken from the playbook's name (C(audit.yml), C(rollback.yml), else remediate) or the play variable C(sglang_audit).
+  - The run's mode (C(remediate), C(audit) or C(rollback), the vocabulary of C(plugins/module_utils/_runmode.py)) is
+    what the fleet plays' variables say, as for the rows' C(mode); C(audit) where C(sglang_audit) is true
+    (C(playbooks/audit.yml)), C(rollback) where C(_sglang_rollback_run) is (C(playbooks/rollback.yml)), else
+    C(remediate); an extra variable wins over the play's. The playbook's file name plays no part.
   - At the end the Markdown summary (failures first, counts per decision) is printed too.
   - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
     docker connection, whose task fails with C(Module result deserialization failed)) gets the status
     C(unreachable) with the connection's message, distinct from C(failed), and is listed under "Needs attention".
-  - Sets C(SGLANG_RUN_ID) in its own process to C(<pid>:<run directory name>), so that the per-host lease
-    (M(fleetops.sglang.sglang_lease)) names its holder by the run's report directory.
+  - The report's C(run.id) is the run id the per-host lease (M(fleetops.sglang.sglang_lease)) names its holder by;
+    both are C(<UTC start>-<pid>) of the C(ansible-playbook) process, computed on each side from that process
+    (nothing passes between them). The run's folder under C(runs/) is C(<UTC start>-<playbook>-<pid>).
 author:
   - SGLang remediation maintainers (@fleetops)
 options:
@@ -89,14 +95,18 @@ import json
 import os
 import re
 import shutil
+import time
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
 from ansible import constants as C
 from ansible import context
 from ansible.plugins.callback import CallbackBase
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_rows import MAINTENANCE_GROUP, skip_host_names
+from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import process_started, run_id_of
+from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import is_live, texts
+from ansible_collections.fleetops.sglang.plugins.module_utils._rows import MAINTENANCE_GROUP, skip_host_names
+from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
 
 FACT = "sglang_remediation"
 SOAK_FACT = "sglang_soak"
@@ -131,6 +141,32 @@ def as_bool(value: Any) -> bool:
     return bool(value)
 
 
+def play_mode(play: Any) -> str:
+    """The run's mode as a fleet play's variables say it (extra variables win, as in Ansible):
+    the same two variables, read by the same function, as the mode of the rows the role sets."""
+    values = dict(play.vars or {})
+    values.update(getattr(getattr(play, "_variable_manager", None), "extra_vars", None) or {})
+    return run_mode(as_bool(values.get("sglang_audit", False)), as_bool(values.get("_sglang_rollback_run", False)))
+
+
+# How a play takes part in the report: the play variable sglang_fleet_report.
+FLEET_REPORT_VAR = "sglang_fleet_report"
+BATCH = "batch"
+PASS = "pass"
+
+
+def fleet_part(play: Any) -> Optional[str]:
+    """BATCH, PASS or None (not reported) for one play: its sglang_fleet_report, else whether it runs the role."""
+    value = (play.vars or {}).get(FLEET_REPORT_VAR)
+    if isinstance(value, str) and value.strip().lower() in (BATCH, PASS):
+        return value.strip().lower()
+    if value is not None:
+        return BATCH if as_bool(value) else None
+    # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
+    roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
+    return BATCH if "sglang" in roles else None
+
+
 # A run folder's name: <UTC start>-<playbook>-<pid> (_setup_dirs).
 RUN_DIR = re.compile(r"^\d{8}T\d{6}Z-[^/]+-\d+$")
 
@@ -146,7 +182,6 @@ def parse_keep(text: str) -> Tuple[int, Optional[datetime.timedelta]]:
 
 
 # The lease (fleetops.sglang.sglang_lease) names its holder by this run's report directory.
-RUN_ID_ENV = "SGLANG_RUN_ID"
 
 
 def known_out(play: Any, inventory: Any, pattern: Any, targeted: List[str]) -> List[str]:
@@ -196,7 +231,7 @@ def new_row(host: str) -> Dict[str, Any]:
 
 
 def live_columns(live: Any) -> Dict[str, Any]:
-    """The row's live fields from the role's reading (sglang_live.judge); empty when not read."""
+    """The row's live fields from the role's reading (_live.judge); empty when not read."""
     if not isinstance(live, Mapping) or not live.get("read"):
         note = "not read" if live is None else "server info unavailable"
         return {"live_accept_length": None, "live_source": note, "live_settings": {}, "live_notes": []}
@@ -211,14 +246,14 @@ def live_columns(live: Any) -> Dict[str, Any]:
 def action_of(row: Dict[str, Any], check_mode: bool) -> str:
     """What the run did (or, in check/audit mode, would do) to the SGLang source."""
     decision = row.get("decision") or ""
-    would = check_mode or row.get("mode") == "audit"
+    would = check_mode or row.get("mode") == AUDIT
     if row.get("rolled_back"):
         # After a failed gate what is in place is what the rollback put back, not the patch.
         return "rolled back: " + ("; ".join(row.get("rollback") or []) or "nothing this run had changed")
     if decision == "patch":
         if row.get("sha256_before") and row.get("sha256_before") != row.get("sha256_after"):
             return "would patch" if would else "patched"
-        if row.get("file_state_before") == "pristine" and row.get("mode") == "audit":
+        if row.get("file_state_before") == "pristine" and row.get("mode") == AUDIT:
             return "would patch"
         return "nothing (already patched)"
     if decision == "native":
@@ -257,7 +292,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         for r in attention:
             lines.append("- **%s** (%s%s): %s" % (
                 r["host"], r["status"], ", batch %s" % r["batch"] if r["batch"] else "",
-                r.get("error") or ("; ".join(str(d) for d in r.get("drift") or []) if r["status"] == "noncompliant"
+                r.get("error") or ("; ".join(texts(r.get("drift") or [])) if r["status"] == "noncompliant"
                                    else "no batch reached it" if r["status"] == "not reached"
                                    else "stopped before it finished")))
         lines.append("")
@@ -302,7 +337,8 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             "?" if running_flags.get(k) is None else running_flags.get(k)
             for k in ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")) \
             if running_flags else "-"
-        error = r.get("error") or "; ".join(d for d in r.get("drift") or [] if str(d).startswith("live:"))
+        # The live findings (by their code) stand in the error column of a host that did not fail.
+        error = r.get("error") or "; ".join(texts(d for d in r.get("drift") or [] if is_live(d)))
         lines.append("| %s |" % " | ".join(cell(v) for v in (
             r["host"], r["batch"], status, r["release"], decision,
             ", ".join(str(e) for e in r.get("evidence") or []), r.get("forward"),
@@ -323,14 +359,18 @@ class CallbackModule(CallbackBase):
         super().__init__(*args, **kwargs)
         self.rows: Dict[str, Dict[str, Any]] = {}
         self.playbook = ""
-        self.started = datetime.datetime.now(datetime.timezone.utc)
+        # The run's id, as the lease's holder names this run (_lease.run_id_of, from this process).
+        started = process_started(os.getpid())
+        self.run_id = run_id_of(os.getpid(), started)
+        self.started = datetime.datetime.fromtimestamp(started if started is not None else time.time(),
+                                                       datetime.timezone.utc)
         self.batches = 0
         self.soaks: List[Dict[str, Any]] = []
         self.result = "running"
         self.finished = False
         self.base_dir = ""
         self.run_dir = ""
-        self.mode = "remediate"
+        self.mode = REMEDIATE
         self.check_mode = bool((context.CLIARGS or {}).get("check", False))
         self.in_fleet_play = False
         self.active = False
@@ -342,10 +382,11 @@ class CallbackModule(CallbackBase):
         if not os.path.isabs(report_dir):
             root = os.path.dirname(C.CONFIG_FILE) if C.CONFIG_FILE else os.getcwd()
             report_dir = os.path.join(root, report_dir)
-        stamp = self.started.strftime("%Y%m%dT%H%M%SZ")
+        stamp, pid = self.run_id.rsplit("-", 1)
         name = os.path.splitext(os.path.basename(self.playbook))[0] or "run"
         self.base_dir = report_dir
-        self.run_dir = os.path.join(report_dir, "runs", "%s-%s-%d" % (stamp, name, os.getpid()))
+        # <the run id's start>-<playbook>-<the run id's pid>: the folder of the run a lease names.
+        self.run_dir = os.path.join(report_dir, "runs", "%s-%s-%s" % (stamp, name, pid))
 
     def _document(self) -> Dict[str, Any]:
         rows = list(self.rows.values())
@@ -363,7 +404,7 @@ class CallbackModule(CallbackBase):
         return {
             "run": {
                 "playbook": self.playbook, "mode": self.mode, "check_mode": self.check_mode,
-                "result": self.result, "started": self.started.isoformat(timespec="seconds"),
+                "id": self.run_id, "result": self.result, "started": self.started.isoformat(timespec="seconds"),
                 "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "batches": self.batches, "soaks": self.soaks, "pid": os.getpid(),
             },
@@ -392,7 +433,7 @@ class CallbackModule(CallbackBase):
         return self.rows[host]
 
     def _absorb_fact(self, host: str, fact: Mapping) -> None:
-        # The row is built typed by plugins/module_utils/sglang_rows.py: taken as it is.
+        # The row is built typed by plugins/module_utils/_rows.py: taken as it is.
         fact = plain(fact)
         row = self._row(host)
         for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
@@ -413,14 +454,14 @@ class CallbackModule(CallbackBase):
             row["status"] = "ok"
         if row["status"] == "ok" and row["compliant"] is not False and row.get("adopted"):
             # Recorded as it runs, no restart (an audit or --check only finds it adoptable).
-            row["status"] = "would adopt" if self.check_mode or self.mode == "audit" else "adopted"
+            row["status"] = "would adopt" if self.check_mode or self.mode == AUDIT else "adopted"
         if row["status"] == "ok" and row["compliant"] is False:
             # Audit: a finding. Check mode: what a real run would change.
-            if self.mode == "audit":
+            if self.mode == AUDIT:
                 row["status"] = "noncompliant"
             elif self.check_mode:
                 row["status"] = "would change"
-            elif self.mode == "remediate":
+            elif self.mode == REMEDIATE:
                 # Left non-compliant by a run that changed what it could (a live finding:
                 # a swapped draft or a server started with other flags needs a person).
                 row["status"] = "noncompliant"
@@ -442,25 +483,17 @@ class CallbackModule(CallbackBase):
 
     # --- callbacks -----------------------------------------------------------------
     def v2_playbook_on_start(self, playbook: Any) -> None:
+        # The name only labels the report and its run folder: the mode is the plays' (play_mode).
         self.playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
-        name = os.path.splitext(self.playbook)[0]
-        self.mode = name if name in ("audit", "rollback") else "remediate"
         self._setup_dirs()
-        # Paired with this process's pid: an ansible-playbook started by this one (the
-        # Molecule scenarios do) inherits the environment but is another run.
-        os.environ[RUN_ID_ENV] = "%d:%s" % (os.getpid(), os.path.basename(self.run_dir))
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
-        # The role by its FQCN (fleetops.sglang.sglang) or by a roles_path name (sglang).
-        roles = {r.get_name().rsplit(".", 1)[-1] for r in play.get_roles()}
-        flagged = as_bool((play.vars or {}).get("sglang_fleet_report", False))
-        probe_pass = as_bool((play.vars or {}).get("_sglang_fleet_probe", False))
-        probe_pass = probe_pass or as_bool((play.vars or {}).get("_sglang_fleet_epilogue", False))
-        self.in_fleet_play = "sglang" in roles or flagged or probe_pass
+        part = fleet_part(play)
+        probe_pass = part == PASS
+        self.in_fleet_play = part is not None
         if not self.in_fleet_play:
             return
-        if as_bool((play.vars or {}).get("sglang_audit", False)):
-            self.mode = "audit"
+        self.mode = play_mode(play)
         self.active = True
         inventory = play._variable_manager._inventory
         pattern = play.hosts
@@ -538,7 +571,7 @@ class CallbackModule(CallbackBase):
                 # In a batch that any_errors_fatal or max_fail_percentage cut short.
                 row["status"] = "aborted"
                 row["error"] = row["error"] or "the run stopped before this host finished"
-            elif row["status"] == "ok" and summary.get("changed", 0) and not self.check_mode and self.mode != "audit":
+            elif row["status"] == "ok" and summary.get("changed", 0) and not self.check_mode and self.mode != AUDIT:
                 row["status"] = "changed"
         statuses = {r["status"] for r in self.rows.values()}
         if statuses & {"not reached", "aborted"}:

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller-side filters that reuse the role's own validation code.
 
-The rules live once, in plugins/module_utils/sglang_speculative.py (flags, layer ids)
-and plugins/module_utils/sglang_service.py (the unit's sandbox paths and extra
+The rules live once, in plugins/module_utils/_speculative.py (flags, layer ids)
+and plugins/module_utils/_service.py (the unit's sandbox paths and extra
 directives), where they are unit tested; preflight asserts and the unit template
 call them through these filters so that a bad value is refused on the
 controller, before any host is touched.
@@ -14,13 +14,13 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_serverargs as _flags
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs as _inputs
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_inputs_values as _values
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rows as _rows
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_rollout as _rollout
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_speculative as _rules
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_service as _service
+from ansible_collections.fleetops.sglang.plugins.module_utils import _serverargs as _flags
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs_values as _values
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
+from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout
+from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative as _rules
+from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 
 
 def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> list[str]:
@@ -38,6 +38,12 @@ def remediation_row(results: Any) -> dict[str, Any]:
     """The host's fleet report row from the run's structured results (tasks/report.yml)."""
     results = dict(results or {})
     return _rows.remediation_row(results.pop("host"), results.pop("wanted_release"), **results)
+
+
+def pending_changes(results: Any, check_mode: Any = False, audit: Any = False) -> list[str]:
+    """What a check-mode run would change, by the results of the tasks that would have written it
+    (tasks/service.yml's "would restart" reasons; the row names the same ones, from the same list)."""
+    return _rows.pending_changes(dict(results or {}), bool(check_mode), bool(audit))
 
 
 def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
@@ -109,7 +115,7 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                  canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
-    (plugins/module_utils/sglang_rollout.py). The canaries come from ``canary_by`` (read from
+    (plugins/module_utils/_rollout.py). The canaries come from ``canary_by`` (read from
     ``hostvars``/``groups``, where tasks can see them) or, at play level where hostvars cannot be
     read, as the ``canaries`` the probe pass chose (each its own value)."""
     needs = [str(h) for h in (needs_work or [])]
@@ -138,6 +144,7 @@ class FilterModule:
             "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,
+            "pending_changes": pending_changes,
             "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,

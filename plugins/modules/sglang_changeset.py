@@ -13,7 +13,7 @@ short_description: Record what a run replaces on an SGLang host, and put it back
 version_added: "2.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - A remediating run opens one change set before its first write (O(state=opened)). The set, under
     C(<state_dir>/changes/<id>/), keeps what the run may replace, each as it was, with its bytes, owner, mode
@@ -161,6 +161,29 @@ restored:
   elements: str
   returned: always
   sample: ["/etc/systemd/system/sglang.service restored to sha256 3f2a... (0644 root:root)"]
+restored_files:
+  description:
+    - With O(state=restored), each file put back, in the order of RV(restored) - the record to read, where
+      RV(restored) is the text for people.
+    - RV(restored_files[].sha256), RV(restored_files[].mode) and RV(restored_files[].owner) are V(null) for a file
+      the run had created, which the restore removed.
+  type: list
+  elements: dict
+  returned: always
+  sample: [{path: /etc/systemd/system/sglang.service, sha256: 3f2a..., mode: "0644", owner: "root:root"}]
+  contains:
+    path:
+      description: The file's path.
+      type: str
+    sha256:
+      description: The sha256 of the content now in place.
+      type: str
+    mode:
+      description: Its mode, in octal.
+      type: str
+    owner:
+      description: Its owner and group, as C(user:group).
+      type: str
 release:
   description: With O(state=restored), the release the set recorded (what runs once the set is put back); V(null) for a venv the run created.
   type: str
@@ -177,8 +200,8 @@ left:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils import sglang_changeset as changeset
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import EngineError
+from ansible_collections.fleetops.sglang.plugins.module_utils import _changeset as changeset
+from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import EngineError
 
 
 def service_state(module, name):
@@ -211,7 +234,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    result = dict(changed=False, id=None, dir=None, set_state=None, service={}, changes=[], restored=[], left=[],
+    result = dict(changed=False, id=None, dir=None, set_state=None, service={}, changes=[], restored=[], restored_files=[], left=[],
                   release=None)
     try:
         if p["state"] == "opened":
@@ -241,10 +264,11 @@ def main():
             result.update(changed=restored["changed"], id=restored["id"], dir=set_dir,
                           set_state="restored" if not module.check_mode else "restored (check mode)",
                           service=restored["service"], restored=restored["restored"], left=restored["left"],
+                          restored_files=restored["files"],
                           release=restored["release"])
     except changeset.RestoreError as exc:
         # What was put back before it stopped still goes to the report.
-        result.update(restored=exc.restored, left=exc.left, changed=bool(exc.restored))
+        result.update(restored=exc.restored, restored_files=exc.files, left=exc.left, changed=bool(exc.restored))
         module.fail_json(msg="change set under %s: %s" % (p["state_dir"], exc), **result)
     except (EngineError, OSError, ValueError, KeyError) as exc:
         module.fail_json(msg="change set under %s: %s" % (p["state_dir"], exc), **result)

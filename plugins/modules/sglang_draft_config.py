@@ -13,7 +13,7 @@ short_description: Set and verify the EAGLE-3 aux layer ids SGLang reads from a 
 version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - SGLang reads the layer ids whose hidden states feed an EAGLE-3 draft only from the
     draft's C(config.json), key C(eagle_config.eagle_aux_hidden_state_layer_ids), inside a
@@ -174,22 +174,22 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_fileio import atomic_write, sha256_hex
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import capture_errors
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, sha256_hex
+from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import capture_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
     get_layer_ids,
     ignored_layer_keys,
     render_config,
     same_ids,
     with_layer_ids,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import (
     draft_model_errors,
     expected_id_count_from_draft,
     read_num_hidden_layers,
     target_model_errors,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_speculative import validate_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._speculative import validate_layer_ids
 
 
 def _write(dest: str, data: bytes, like: os.stat_result) -> None:

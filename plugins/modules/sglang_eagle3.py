@@ -15,14 +15,14 @@ short_description: Probe, patch and verify SGLang's EAGLE-3 embedding capture fo
 version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
-  - fleetops.sglang.common.lease
+  - fleetops.sglang._common
+  - fleetops.sglang._common.lease
 description:
   - In one call per host, finds SGLang in a virtualenv, classifies C(deepseek_v2.py) (and on
     0.5.4.post2 ... 0.5.10.post1 the CUDA-graph companion files) as pristine, ours or drift
     against pip's RECORD, reads the release family from the code's shape, then patches,
     restores or only reports.
-  - Decision C(patch) (0.5.4.post2 ... 0.5.13.post1) applies the rendered patch templates;
+  - Decision C(patch) (0.5.4.post2 ... 0.5.13.post1) applies the patch hunks it ships;
     C(native) (0.5.14+) changes nothing and reports the ids the draft config must list;
     C(refuse) fails (except with O(state=audit)) and leaves the host untouched.
   - Every write is atomic, preceded by a RECORD-verified backup of the pristine file in O(backup_dir),
@@ -53,7 +53,10 @@ options:
     elements: raw
     default: [-1, 2, 30]
   patches:
-    description: Rendered patch templates, template name (file name without C(.hunks.j2)) to text.
+    description:
+      - Patch name to hunk text, replacing the hunks shipped with the collection (C(plugins/module_utils/_patches.py)).
+      - Leave it out; it is there to try a patch before it ships. Before 2.0.0 the role rendered the hunks from
+        templates and passed them here on every call.
     type: dict
     default: {}
   state:
@@ -148,7 +151,7 @@ companion:
       type: bool
       sample: true
     template:
-      description: Companion patch template; only present when RV(companion.needed) is true.
+      description: Companion patch; only present when RV(companion.needed) is true.
       type: str
       choices: [companion_cg_attr, companion_cg_local]
       sample: companion_cg_attr
@@ -328,11 +331,6 @@ EXAMPLES = r"""
     venv: /opt/sglang/venv
     layer_ids: [-1, 2, 30]
     python: /opt/sglang/venv/bin/python
-    patches:
-      body_a_loop: "{{ lookup('ansible.builtin.template', 'patches/body_a_loop.hunks.j2') }}"
-      body_b_loop: "{{ lookup('ansible.builtin.template', 'patches/body_b_loop.hunks.j2') }}"
-      companion_cg_attr: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_attr.hunks.j2') }}"
-      companion_cg_local: "{{ lookup('ansible.builtin.template', 'patches/companion_cg_local.hunks.j2') }}"
     memo_file: /var/lib/sglang-remediation/audit-memo.json
   register: eagle3
 
@@ -343,22 +341,20 @@ EXAMPLES = r"""
 - name: Only report what would be done
   fleetops.sglang.sglang_eagle3:
     venv: /opt/sglang/venv
-    patches: "{{ rendered_patches }}"
     state: audit
   register: audit
 
 - name: Put the pristine files back
   fleetops.sglang.sglang_eagle3:
     venv: /opt/sglang/venv
-    patches: "{{ rendered_patches }}"
     state: absent
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import beat
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request, run
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
+from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request, run
+from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized
+from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import DEFAULT_LAYER_IDS
 
 
 def main():

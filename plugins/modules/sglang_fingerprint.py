@@ -12,7 +12,7 @@ short_description: Compare the files an SGLang server runs from with those recor
 version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - Hashes the components that define what an SGLang server runs (installed release, patched
     model file, draft config, systemd unit, environment file, command) and compares them with
@@ -21,14 +21,12 @@ description:
     the service is not active. Whether an earlier task reported "changed" plays no part, so an
     interrupted run (patched but not restarted) is restarted by the rerun, and a compliant host
     is never restarted.
-  - O(state=record) writes the current fingerprint. The role records through M(fleetops.sglang.sglang_gate)'s
-    O(fleetops.sglang.sglang_gate#module:record) instead, in the gate's own call, once the restart passed it;
-    both write with the same code (C(module_utils/sglang_runstate.record)).
+  - It only reads. The fingerprint is recorded by M(fleetops.sglang.sglang_gate)'s
+    O(fleetops.sglang.sglang_gate#module:record), in the gate's own call, once a restart passed it (the
+    C(state=record) of 1.x was removed in 2.0.0).
 attributes:
   check_mode:
     support: full
-    details:
-      - With O(state=record) it reports C(changed=true) when the fingerprint would change, without writing O(state_file).
 options:
   components:
     description:
@@ -37,7 +35,7 @@ options:
     type: dict
     required: true
   state_file:
-    description: Where the fingerprint of the last healthy start is kept (JSON, created with its directory on O(state=record)).
+    description: Where the fingerprint of the last healthy start is kept (JSON, as M(fleetops.sglang.sglang_gate) records it).
     type: path
     required: true
   service:
@@ -45,9 +43,9 @@ options:
     type: str
     required: true
   state:
-    description: V(compare) only reads; V(record) writes the current fingerprint.
+    description: V(compare), the only state since 2.0.0.
     type: str
-    choices: [compare, record]
+    choices: [compare]
     default: compare
 seealso:
   - module: fleetops.sglang.sglang_probe
@@ -70,31 +68,24 @@ EXAMPLES = r"""
     name: sglang
     state: restarted
   when: fingerprint.restart_needed
-
-- name: Record the fingerprint once the health gates passed
-  fleetops.sglang.sglang_fingerprint:
-    components: *components  # the same components as the comparison
-    state_file: /var/lib/sglang-remediation/running.json
-    service: sglang
-    state: record
 """
 
 RETURN = r"""
 restart_needed:
-  description: Whether the service must restart; always V(false) with O(state=record).
+  description: Whether the service must restart.
   type: bool
   returned: always
   sample: true
 changed_components:
   description:
     - Names of the components that differ from the last healthy start, sorted; V(null) when none was recorded.
-      The data behind RV(reasons), which only says it in prose; empty with O(state=record).
+      The data behind RV(reasons), which only says it in prose.
   type: list
   elements: str
   returned: always
   sample: [draft_config]
 reasons:
-  description: Why, one line per differing component (plus one when nothing was recorded or the service is not active); empty with O(state=record).
+  description: Why, one line per differing component (plus one when nothing was recorded or the service is not active).
   type: list
   elements: str
   returned: always
@@ -125,12 +116,11 @@ active:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import (
     changed_components,
     current_fingerprint,
     describe,
     load_recorded,
-    record,
     service_active,
 )
 
@@ -141,7 +131,7 @@ def main() -> None:
             components=dict(type="dict", required=True),
             state_file=dict(type="path", required=True),
             service=dict(type="str", required=True),
-            state=dict(type="str", choices=["compare", "record"], default="compare"),
+            state=dict(type="str", choices=["compare"], default="compare"),
         ),
         supports_check_mode=True,
     )
@@ -153,11 +143,6 @@ def main() -> None:
     reasons = describe(changed, active)
     result = dict(changed=False, current=current, recorded=recorded.get("components", {}),
                   active=active, changed_components=changed, reasons=reasons, restart_needed=bool(reasons))
-    if p["state"] == "record":
-        result["changed"] = record(p["state_file"], p["components"], module.check_mode)
-        result["restart_needed"] = False
-        result["reasons"] = []
-        result["changed_components"] = []
     module.exit_json(**result)
 
 

@@ -15,8 +15,8 @@ short_description: Wait for an SGLang server to be healthy, then read its view a
 version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
-  - fleetops.sglang.common.lease
+  - fleetops.sglang._common
+  - fleetops.sglang._common.lease
 description:
   - Polls C(/health_generate) every O(delay) seconds for at most O(wait) seconds. When the server
     answers 200 it reads its server info (C(/server_info), or C(/get_server_info) on releases
@@ -46,6 +46,13 @@ attributes:
     support: full
     details:
       - It only reads and sends generation requests, in check mode too; the role does not restart, so does not gate, in check mode.
+  writes:
+    description: Files the module writes on the host.
+    support: partial
+    details:
+      - With O(record), the fingerprint of what runs (O(record.state_file)) once the server passed the gate, or once it
+        is healthy but refuses the key of its own file. RV(recorded) and C(changed) say whether it was written; in
+        check mode it is not.
 options:
   url:
     description: Base URL of the server, e.g. V(http://127.0.0.1:30000).
@@ -114,13 +121,25 @@ auth_refused:
   sample: true
 failures:
   description:
-    - Why the server does not pass the gate, one sentence each; empty when it passes.
-    - The release or a speculative setting of O(expected) that differs (or is not reported), an accept length below
-      O(accept_length_min) or none measured.
+    - Why the server does not pass the gate, one finding each; empty when it passes.
+    - The release or a speculative setting of O(expected) that differs (or is not reported), code
+      V(live.settings_differ); an accept length below O(accept_length_min) or none measured, code
+      V(live.accept_length_low). The codes are the live reading's for the same facts.
   type: list
-  elements: str
+  elements: dict
   returned: when ready
-  sample: ["serves version 0.5.9 with steps/topk/draft tokens 3/1/4; expected 0.5.9 with 15/1/16."]
+  sample:
+    - code: live.settings_differ
+      text: "serves version 0.5.9 with steps/topk/draft tokens 3/1/4; expected 0.5.9 with 15/1/16."
+  contains:
+    code:
+      description: The stable reason code, which names the failure class (C(plugins/module_utils/_reasons.py)).
+      type: str
+      sample: live.settings_differ
+    text:
+      description: The finding in words, one sentence.
+      type: str
+      sample: "serves version 0.5.9 with steps/topk/draft tokens 3/1/4; expected 0.5.9 with 15/1/16."
 recorded:
   description: Whether this call recorded a new fingerprint (V(false) when it was the same, or nothing was recorded).
   type: bool
@@ -226,11 +245,11 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import beat
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
+from ansible_collections.fleetops.sglang.plugins.module_utils._live import (
     authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge, read_key_file, redacted,
     tokens_per_s)
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import record
+from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import record
 
 
 def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep, request=http_request):

@@ -12,7 +12,7 @@ short_description: One run per host at a time, through a lease file on the host
 version_added: "1.1.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - A writing run takes the host's lease once its probe found work to do and gives it back after
     the report, so that a cron audit, a second operator or a rerun cannot back up, patch and restart
@@ -175,7 +175,7 @@ waited:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import DEFAULT_STALE, LeaseFile, describe
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import DEFAULT_STALE, LeaseFile, describe
 
 
 def main() -> None:

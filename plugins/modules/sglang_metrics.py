@@ -14,7 +14,7 @@ module: sglang_metrics
 short_description: Write the SGLang remediation result as a node_exporter textfile-collector file
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - Writes, atomically (temporary file in the same directory, then rename), the Prometheus text
     file that node_exporter's textfile collector exports, with what this run found on the host,
@@ -66,16 +66,31 @@ options:
     elements: raw
     default: []
   mode:
-    description: Which run wrote the file (V(remediate), V(audit), V(rollback)).
+    description: Which run wrote the file (the report row's C(sglang_remediation.mode)).
     type: str
+    choices: [remediate, audit, rollback]
     default: remediate
   drift:
-    description: What is not as it should be, as the role's report lists it; classified into C(sglang_remediation_failure).
+    description:
+      - What is not as it should be, the findings of the role's report row (C(sglang_remediation.drift)).
+      - Each finding's O(drift[].code) sets its class of C(sglang_remediation_failure) (the table in
+        C(plugins/module_utils/_reasons.py)); its text is not read. An unknown code fails the module.
     type: list
-    elements: str
+    elements: dict
     default: []
+    suboptions:
+      code:
+        description: The finding's reason code, for example V(unit.differs) or V(live.accept_length_low).
+        type: str
+        required: true
+      text:
+        description: The finding in words (for the report; not read here).
+        type: str
+        default: ""
   error:
-    description: Why the run failed on this host (a failed gate, a refusal); empty when it did not.
+    description:
+      - Why the run failed on this host (a failed gate, a refusal); empty when it did not.
+      - Any error sets the class C(error), whatever its words.
     type: str
     default: ""
   live:
@@ -153,13 +168,14 @@ text:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import (
     classify,
     load_restarts,
     previous_last_success,
     render,
     update,
 )
+from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
 
 
 def main():
@@ -172,8 +188,11 @@ def main():
             decision=dict(type="str", default=""),
             family=dict(type="str", default=""),
             draft_ids=dict(type="list", elements="raw", default=[]),
-            mode=dict(type="str", default="remediate"),
-            drift=dict(type="list", elements="str", default=[]),
+            mode=dict(type="str", default=REMEDIATE, choices=list(RUN_MODES)),
+            drift=dict(type="list", elements="dict", default=[], options=dict(
+                code=dict(type="str", required=True),
+                text=dict(type="str", default=""),
+            )),
             error=dict(type="str", default=""),
             live=dict(type="dict"),
             accept_length_min=dict(type="float", default=0),
@@ -184,7 +203,10 @@ def main():
     p = module.params
     if not p["path"].endswith(".prom"):
         module.fail_json(msg="path=%s: node_exporter's textfile collector reads only *.prom files" % p["path"])
-    classes = classify(p["drift"], p["error"])
+    try:
+        classes = classify([d["code"] for d in p["drift"]], p["error"])
+    except ValueError as exc:
+        module.fail_json(msg="drift: %s" % exc)
     success = bool(p["compliant"]) and not p["error"]
     values = dict(compliant=success, release=p["release"], decision=p["decision"], family=p["family"],
                   draft_ids=p["draft_ids"], mode=p["mode"], live=p["live"], classes=classes,

@@ -16,7 +16,7 @@ version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-  - fleetops.sglang.common
+  - fleetops.sglang._common
 description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
@@ -29,8 +29,8 @@ description:
   - With O(live), reads the live speculative state of an active server without disturbing it
     (C(/server_info), or C(/get_server_info) on releases without it, and optionally a few short
     probe generations), compares the settings it reports with the rendered ones and the accept
-    length with a minimum, and returns the findings in RV(live), each reason starting with
-    C(live:). They do not change RV(compliant), because no remediation run can fix a swapped
+    length with a minimum, and returns the findings in RV(live), each with a code C(live.*) and a text
+    starting with C(live:). They do not change RV(compliant), because no remediation run can fix a swapped
     draft or a server started with other flags, so they do not send the host through the full role.
   - With O(textfile), writes the node_exporter textfile when the run ends at the probe
     (RV(compliant)), so a compliant host still costs one remote call.
@@ -58,6 +58,15 @@ attributes:
         audit memo, even with O(memo_write=true).
       - In check mode it writes no textfile, whatever O(textfile) says.
       - The probe generations of O(live) are sent in check mode too, since they are how the live state is read.
+  writes:
+    description: Files the module writes on the host, listed in RV(written) on each call.
+    support: partial
+    details:
+      - It changes no configuration, so it reports C(changed=false), but it keeps records of the run on a compliant
+        host, outside check mode. With O(memo_write), the audit memo O(memo_file) and the flag-table memo
+        O(flags_memo_file).
+      - With O(textfile), the node_exporter textfile, rewritten on every run that ends at the probe.
+      - With O(adopt) and its C(record), the fingerprint O(fingerprint_file) of a running server adopted as it runs.
 options:
   venv:
     description: Virtualenv holding SGLang.
@@ -75,7 +84,10 @@ options:
     elements: raw
     default: [-1, 2, 30]
   patches:
-    description: Rendered patch templates, as passed to M(fleetops.sglang.sglang_eagle3).
+    description:
+      - Patch name to hunk text, replacing the hunks shipped with the collection (C(plugins/module_utils/_patches.py)).
+      - Leave it out; it is there to try a patch before it ships. Before 2.0.0 the role rendered the hunks from
+        templates and passed them here on every call.
     type: dict
     default: {}
   pipeline_parallel_size:
@@ -136,7 +148,7 @@ options:
   extra_args:
     description:
       - C(sglang_extra_args), judged against the flags the installed release accepts (read from its
-        C(server_args.py) with C(ast), see C(plugins/module_utils/sglang_serverargs.py)) when the pinned
+        C(server_args.py) with C(ast), see C(plugins/module_utils/_serverargs.py)) when the pinned
         release is installed. Any error fails the probe before anything on the host is touched.
       - Taken as given (C(elements=raw)) so that a non-string item is refused, not converted.
     type: list
@@ -215,8 +227,8 @@ options:
         description:
           - The key the server should hold (C(sglang_api_key)), sent as an C(Authorization) Bearer header on the
             routes SGLang protects (all but C(/health*) and C(/metrics)); empty sends none.
-          - A V(401) answer is reported as RV(live.reasons) C(live) reason I(the server refused the key (401)),
-            class C(live_auth). The server serves, it holds another key; nothing restarts for it.
+          - A V(401) answer is reported as the RV(live.reasons) finding C(live.auth_refused), I(the server refused
+            the key (401)), class C(live_auth). The server serves, it holds another key; nothing restarts for it.
         type: str
         default: ""
   adopt:
@@ -265,15 +277,18 @@ options:
         type: path
         required: true
       mode:
-        description: Label of the run in C(sglang_remediation_info).
+        description:
+          - Label of the run in C(sglang_remediation_info), as the report row's C(mode).
+          - The action plugin sets it from C(sglang_audit) when it is not given.
         type: str
+        choices: [remediate, audit, rollback]
         default: remediate
   role_checks:
     description:
       - Controller side (action plugin), before anything is rendered or sent to the host. Checks the calling
         role's variables against its C(meta/argument_specs.yml) (entry point C(main), as the role's own
         argument validation does) and then against the role's input rules
-        (C(plugins/module_utils/sglang_inputs.py), the function its preflight task calls), failing with the
+        (C(plugins/module_utils/_inputs.py), the function its preflight task calls), failing with the
         same messages.
     type: bool
     default: false
@@ -328,14 +343,29 @@ compliant:
   returned: always
   sample: false
 reasons:
-  description: Why the host is not compliant, one human-readable line each; empty when it is.
+  description:
+    - Why the host is not compliant, one finding each; empty when it is.
+    - Each finding's C(code) is stable and names its failure class (C(plugins/module_utils/_reasons.py)); its
+      C(text) is for people and may be reworded.
   type: list
-  elements: str
+  elements: dict
   returned: always
   sample:
-    - "deepseek_v2.py pristine: patch needed (not patched: sglang/srt/models/deepseek_v2.py)"
-    - "draft ids [1, 29, 57] != [-1, 2, 30]"
-    - "fingerprint differs (sglang): restart needed"
+    - code: source.unpatched
+      text: "deepseek_v2.py pristine: patch needed (not patched: sglang/srt/models/deepseek_v2.py)"
+    - {code: draft.ids_differ, text: "draft ids [1, 29, 57] != [-1, 2, 30]"}
+    - {code: server.fingerprint_differs, text: "fingerprint differs (sglang): restart needed"}
+  contains:
+    code:
+      description:
+        - The reason code, C(<area>.<what>), for example V(release.not_pinned), V(unit.differs),
+          V(live.auth_refused).
+      type: str
+      sample: source.unpatched
+    text:
+      description: The finding in words.
+      type: str
+      sample: "deepseek_v2.py pristine: patch needed (not patched: sglang/srt/models/deepseek_v2.py)"
 release:
   description: Installed SGLang version, from the dist-info METADATA; V(null) when none is installed.
   type: str
@@ -407,7 +437,7 @@ eagle3:
       type: bool
       sample: true
     failed:
-      description: The audit itself could not run (no install, unreadable file, invalid patch template); see C(msg).
+      description: The audit itself could not run (no install, unreadable file, invalid patch); see C(msg).
       type: bool
       sample: false
     msg:
@@ -507,7 +537,7 @@ server_flags:
       sample: ["sglang/srt/server_args.py:ServerArgs.add_cli_args (331 add_argument calls)"]
 live:
   description:
-    - The live reading (see C(plugins/module_utils/sglang_live.py)); V(null) without O(live), when the
+    - The live reading (see C(plugins/module_utils/_live.py)); V(null) without O(live), when the
       service is not managed or not active.
   type: dict
   returned: always
@@ -522,7 +552,10 @@ live:
     accept_length_server_info: 3.1
     probe_requests: 2
     notes: []
-    reasons: ["live: the server runs speculative_num_steps 3 (rendered 15), speculative_num_draft_tokens 4 (rendered 16)"]
+    reasons:
+      - code: live.settings_differ
+        text: "live: the server runs speculative_num_steps 3 (rendered 15), speculative_num_draft_tokens 4
+          (rendered 16)"
     classes: [live_settings]
   contains:
     read:
@@ -542,17 +575,23 @@ live:
       type: dict
       sample: {speculative_num_steps: 3}
     reasons:
-      description: Findings, each starting C(live:); empty when the live state is as rendered.
+      description:
+        - Findings, as in RV(reasons), each C(code) starting C(live.) and each C(text) starting C(live:); empty when
+          the live state is as rendered.
       type: list
-      elements: str
-      sample: ["live: accept length 1.6 (probe, 2 requests) below sglang_accept_length_min 2.5"]
+      elements: dict
+      sample:
+        - code: live.accept_length_low
+          text: "live: accept length 1.6 (probe, 2 requests) below sglang_accept_length_min 2.5"
     notes:
       description: Fields the release did not report, and other remarks that are not findings.
       type: list
       elements: str
       sample: ["meta_info.spec_verify_ct not reported by this release"]
     classes:
-      description: Failure classes of the reasons (C(live_settings), C(live_accept_length), C(live_unavailable)).
+      description:
+        - Failure classes of the reasons' codes (C(live_settings), C(live_accept_length), C(live_unavailable),
+          C(live_auth)).
       type: list
       elements: str
       sample: [live_settings]
@@ -561,6 +600,14 @@ textfile:
   type: str
   returned: always
   sample: /var/lib/prometheus/node-exporter/sglang_remediation.prom
+written:
+  description:
+    - Every file this call wrote on the host (see the C(writes) attribute); empty in check mode and on a host
+      that is not compliant. These are records of the run, so C(changed) stays V(false) for them.
+  type: list
+  elements: path
+  returned: success
+  sample: [/var/lib/sglang-remediation/audit-memo.json, /var/lib/prometheus/node-exporter/sglang_remediation.prom]
 probed:
   description: V(false) when the action plugin made no remote call (O(fast_path=false) without O(live)).
   type: bool
@@ -586,7 +633,6 @@ EXAMPLES = r"""
     venv: /opt/sglang/venv
     expected_version: "0.5.9"
     layer_ids: [-1, 2, 30]
-    patches: "{{ rendered_patches }}"
     draft_config: /models/DeepSeek-V3-EAGLE3/config.json
     files:
       unit:
@@ -609,13 +655,12 @@ EXAMPLES = r"""
 
 - name: Say why the host needs remediation
   ansible.builtin.debug:
-    msg: "{{ probe.reasons | join('; ') }}"
+    msg: "{{ probe.reasons | map(attribute='text') | join('; ') }}"
 
 - name: Probe, read the live speculative state and write the textfile when compliant
   fleetops.sglang.sglang_probe:
     venv: /opt/sglang/venv
     expected_version: "0.5.9"
-    patches: "{{ rendered_patches }}"
     draft_config: /models/DeepSeek-V3-EAGLE3/config.json
     fingerprint_file: /var/lib/sglang-remediation/running.json
     live:
@@ -639,7 +684,6 @@ EXAMPLES = r"""
   fleetops.sglang.sglang_probe:
     venv: /opt/sglang/venv
     expected_version: "0.5.9"
-    patches: "{{ rendered_patches }}"
     draft_config: /models/DeepSeek-V3-EAGLE3/config.json
     files:
       unit:
@@ -655,7 +699,6 @@ EXAMPLES = r"""
     venv: /opt/sglang/venv
     expected_version: "0.5.14"
     draft_config: /models/DeepSeek-V3-EAGLE3/config.json
-    patches: "{{ rendered_patches }}"
     service_manage: false
   register: probe
 """
@@ -665,76 +708,83 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_adopt import adoption_blockers, main_pid
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_distribution import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._adopt import adoption_blockers, main_pid
+from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     DEEPSEEK_FILE, TARGET_FILES, EngineError, find_installation)
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_eagle3 import Request
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_lease import LeaseFile, describe
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_memo import audit_memoized, store_audit_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_flagtable import store_table_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_serverargs import check_venv, refusal
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_live import authorized, http_request, read_live
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_metrics import classify, update
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_runstate import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request
+from ansible_collections.fleetops.sglang.plugins.module_utils._lease import LeaseFile, describe
+from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized, store_audit_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._flagtable import store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils._serverargs import check_venv, refusal
+from ansible_collections.fleetops.sglang.plugins.module_utils._live import authorized, http_request, read_live
+from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import classify, update
+from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
+    FILE_CODES, codes, finding, release_not_pinned)
+from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import (
     changed_components, current_fingerprint, load_recorded, record, service_active)
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_draftconfig import get_layer_ids, same_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils.sglang_modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import get_layer_ids, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
+from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
 
 
 def eagle3_reasons(audit):
-    """Why the installed files are not as the role would leave them."""
+    """Why the installed files are not as the role would leave them (findings, _reasons)."""
     if audit["failed"]:
-        return [audit["msg"]]
+        return [finding("source.unreadable", audit["msg"])]
     if audit["compliant"]:
         return []
     state = audit["file_state_before"]
     if audit["decision"] == "refuse":
-        return ["refused: %s" % audit["msg"]]
+        return [finding("source.refused", "refused: %s" % audit["msg"])]
     if audit["decision"] == "native":
-        return ["%s %s on a native release: restore needed" % (SHORT, state)]
-    return ["%s %s: patch needed (%s)" % (SHORT, state, "; ".join(audit["findings"]) or audit["msg"])]
+        return [finding("source.restore_needed", "%s %s on a native release: restore needed" % (SHORT, state))]
+    return [finding("source.unpatched", "%s %s: patch needed (%s)" % (
+        SHORT, state, "; ".join(audit["findings"]) or audit["msg"]))]
 
 
 def draft_reasons(path, wanted):
-    """Compare the draft config's ids with those the release needs; (reasons, ids found)."""
+    """Compare the draft config's ids with those the release needs; (findings, ids found)."""
     try:
         config = load_json_object(path)
     except (OSError, ValueError) as exc:
-        return ["draft config unreadable: %s" % exc], None
+        return [finding("draft.unreadable", "draft config unreadable: %s" % exc)], None
     if config is None:
-        return ["draft config %s does not exist" % path], None
+        return [finding("draft.missing", "draft config %s does not exist" % path)], None
     found = get_layer_ids(config)
     if wanted is not None and not same_ids(found, wanted):
-        return ["draft ids %s != %s" % (found, wanted)], found
+        return [finding("draft.ids_differ", "draft ids %s != %s" % (found, wanted))], found
     return [], found
 
 
 def file_reasons(files):
+    """The rendered files against their sha256 (findings); a missing file differs from its rendering too."""
     reasons = []
     for name in sorted(files):
         spec = files[name] or {}
         path, want = spec.get("path"), str(spec.get("sha256") or "").lower()
+        differs = FILE_CODES.get(name, "files.differs")
         if not path or not want:
-            reasons.append("%s: files entries need path and sha256" % name)
+            reasons.append(finding("files.bad_entry", "%s: files entries need path and sha256" % name))
             continue
         try:
             with open(path, "rb") as fh:
                 have = hashlib.sha256(fh.read()).hexdigest()
         except FileNotFoundError:
-            reasons.append("%s %s does not exist" % (name, path))
+            reasons.append(finding(differs, "%s %s does not exist" % (name, path)))
             continue
         except OSError as exc:
-            reasons.append("%s unreadable: %s" % (name, exc))
+            reasons.append(finding("files.unreadable", "%s unreadable: %s" % (name, exc)))
             continue
         if have != want:
-            reasons.append("%s differs from the rendered one" % name)
+            reasons.append(finding(differs, "%s differs from the rendered one" % name))
     return reasons
 
 
-NO_HEALTHY_START = "no healthy start recorded: restart needed"
+# The one finding adoption can answer (a server that runs what should run, unrecorded).
+NO_HEALTHY_START = "server.not_recorded"
 
 
 def fingerprint_specs(components, audit):
@@ -753,19 +803,20 @@ def fingerprint_reasons(components, state_file, audit):
     try:
         current = current_fingerprint(specs)
     except OSError as exc:
-        return ["fingerprint: %s" % exc], {"current": {}, "recorded": {}}
+        return [finding("server.fingerprint_unreadable", "fingerprint: %s" % exc)], {"current": {}, "recorded": {}}
     recorded = load_recorded(state_file) if state_file else {}
     changed = changed_components(current, recorded)
     info = {"current": current, "recorded": recorded.get("components", {})}
     if changed is None:
-        return [NO_HEALTHY_START], info
+        return [finding(NO_HEALTHY_START, "no healthy start recorded: restart needed")], info
     if not changed:
         return [], info
-    return ["fingerprint differs (%s): restart needed" % ", ".join(changed)], info
+    why = "fingerprint differs (%s): restart needed" % ", ".join(changed)
+    return [finding("server.fingerprint_differs", why)], info
 
 
 def live_reading(live, release, request=http_request):
-    """The running server's speculative state (sglang_live), the installed release as its expected version."""
+    """The running server's speculative state (_live), the installed release as its expected version."""
     expected = dict(live["expected"] or {})
     if release and not expected.get("version"):
         expected["version"] = release
@@ -775,7 +826,7 @@ def live_reading(live, release, request=http_request):
 
 
 def adoption(p, result, reasons, audit, check_mode, run_command, which):
-    """Adopt a server that runs what should run but has no recorded start (sglang_adopt): record its
+    """Adopt a server that runs what should run but has no recorded start (_adopt): record its
     fingerprint (not in check mode or an audit, which only say so) and restart nothing.
 
     Only when the one finding is that no healthy start was recorded, the service is active and
@@ -783,7 +834,7 @@ def adoption(p, result, reasons, audit, check_mode, run_command, which):
     """
     spec = p.get("adopt")
     live = result.get("live")
-    if not spec or reasons != [NO_HEALTHY_START] or not result["active"] or not live or not live.get("read") \
+    if not spec or codes(reasons) != [NO_HEALTHY_START] or not result["active"] or not live or not live.get("read") \
             or live.get("reasons") or audit["failed"]:
         return None
     paths = list(spec.get("paths") or [])
@@ -811,7 +862,7 @@ def write_textfile(textfile, result, check_mode, now=None):
     audit = result["eagle3"] or {}
     values = dict(compliant=not reasons, release=result["release"], decision=result["decision"],
                   family=audit.get("family") or "", draft_ids=result["draft_layer_ids"] or [],
-                  mode=textfile["mode"], live=result["live"], classes=classify(reasons),
+                  mode=textfile["mode"], live=result["live"], classes=classify(codes(reasons)),
                   accept_length_min=textfile.get("accept_length_min", 0))
     update(textfile["path"], textfile["state_file"], values, restarts=0,
            now=time.time() if now is None else now, success=not reasons)
@@ -861,10 +912,11 @@ def probe(p, check_mode=False, run_command=None, which=None):
     result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
                   draft_layer_ids=audit["draft_layer_ids"])
     if audit["release"] is None:
-        reasons.append("sglang %s not installed in %s (%s)" % (p["expected_version"], p["venv"], audit["msg"]))
+        reasons.append(finding("release.not_installed", "sglang %s not installed in %s (%s)" % (
+            p["expected_version"], p["venv"], audit["msg"])))
     elif audit["release"] != p["expected_version"]:
         # What to patch is decided on the pinned release once it is installed.
-        reasons.append("sglang %s installed, %s pinned" % (audit["release"], p["expected_version"]))
+        reasons.append(release_not_pinned(audit["release"], p["expected_version"]))
     else:
         # The flags the pinned release accepts, before anything else is judged: a bad
         # sglang_extra_args fails the probe, so nothing on the host is touched.
@@ -890,30 +942,35 @@ def probe(p, check_mode=False, run_command=None, which=None):
         reasons += fp_reasons
         result["active"] = service_active(p["service"], run_command, which)
         if not result["active"]:
-            reasons.append("service %s not active" % p["service"])
+            reasons.append(finding("server.inactive", "service %s not active" % p["service"]))
         elif p.get("live"):
             result["live"] = live_reading(p["live"], audit["release"])
         result["adoption"] = adoption(p, result, reasons, audit, check_mode, run_command, which)
         if result["adoption"] and result["adoption"]["adopted"]:
             # What runs is what should run: only its record was missing (written now, or by the next run).
-            reasons.remove(NO_HEALTHY_START)
+            del reasons[:]
             result["changed"] = result["adoption"]["recorded"]
         elif result["adoption"]:
-            reasons[reasons.index(NO_HEALTHY_START)] += " (not adopted: %s)" % "; ".join(
-                result["adoption"]["blockers"])
+            # Adoption is considered only when that record is the one finding.
+            reasons[0]["text"] += " (not adopted: %s)" % "; ".join(result["adoption"]["blockers"])
         # Every finding changes a fingerprint component (or starts the service).
         result["restart_needed"] = bool(reasons)
     result["compliant"] = not reasons
     # Only a verdict the run ends on is stored: a host that goes on to be changed or
     # refused leaves the memo as it was (the patching module stores its own).
+    # What this call wrote, said in RV(written): records of the run, never the host's configuration.
+    written = [p["fingerprint_file"]] if (result.get("adoption") or {}).get("recorded") else []
     if p["memo_write"] and not check_mode and result["compliant"] and p["memo_file"]:
         store_audit_memo(p["memo_file"], audit)
+        written.append(p["memo_file"])
     if p["memo_write"] and not check_mode and result["compliant"] and p["flags_memo_file"]:
         store_table_memo(p["flags_memo_file"], flags["memo_key"], flags["table"])
+        written.append(p["flags_memo_file"])
     audit.pop("memo_key", None)
     textfile = dict(p["textfile"], accept_length_min=(p.get("live") or {}).get("accept_length_min", 0)) \
         if p.get("textfile") else None
     result["textfile"] = write_textfile(textfile, result, p.get("_check_mode", False))
+    result["written"] = written + ([result["textfile"]] if result["textfile"] else [])
     return result
 
 
@@ -963,7 +1020,7 @@ def main():
             textfile=dict(type="dict", options=dict(
                 path=dict(type="path", required=True),
                 state_file=dict(type="path", required=True),
-                mode=dict(type="str", default="remediate"),
+                mode=dict(type="str", default=REMEDIATE, choices=list(RUN_MODES)),
             )),
         ),
         supports_check_mode=True,

@@ -101,7 +101,7 @@ CASES = [
          restore="mv {s}/draft {d}".format(d=DRAFT_DIR, s=STASH)),
     Case("draft_path_variable_points_nowhere", {"sglang_draft_model_path": "/models/no-such-draft"},
          ["/models/no-such-draft/config.json does not exist"]),
-    # Issue 24: the draft must be a draft of its own (the role writes its config.json), and a
+    # The draft must be a draft of its own (the role writes its config.json), and a
     # misspelt variable would be ignored.
     Case("draft_is_the_target", {"sglang_draft_model_path": "/models/DeepSeek-V3"},
          ["sglang_draft_model_path=/models/DeepSeek-V3 is the target's own directory",
@@ -116,7 +116,7 @@ LLAMA = ("python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); "
          "c.update(architectures=[\"LlamaForCausalLM\"], model_type=\"llama\"); "
          "json.dump(c, open(sys.argv[1], \"w\"), indent=2)' ")
 
-# Issue 12: one case for every class of input the preflight contract refuses (controller
+# One case for every class of input the preflight contract refuses (controller
 # side: type, range, format, control characters), the target check on the host, and the
 # release-aware layer ids. Each must fail before any write or restart.
 CASES += [

@@ -78,7 +78,7 @@ def test_artifact_ships_the_collection_and_not_the_project(installed):
     with tarfile.open(installed["tarball"]) as tar:
         names = set(tar.getnames())
     for shipped in ("MANIFEST.json", "meta/runtime.yml", "plugins/modules/sglang_probe.py",
-                    "plugins/module_utils/sglang_eagle3.py", "plugins/filter/sglang.py",
+                    "plugins/module_utils/_eagle3.py", "plugins/module_utils/_patches.py", "plugins/filter/sglang.py",
                     "plugins/callback/sglang_report.py", "roles/sglang/tasks/main.yml",
                     "playbooks/remediate.yml", "playbooks/audit.yml", "playbooks/rollback.yml",
                     "playbooks/lease_break.yml",

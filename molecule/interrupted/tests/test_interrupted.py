@@ -3,7 +3,7 @@
 Molecule's converge installed 0.5.9 and started it. Two interruptions follow:
 
 1. The upgrade to 0.5.12.post1 runs only up to configure (``--tags
-   install,patch,verify,configure``): the new release is installed and patched on
+   sglang_install,sglang_patch,sglang_verify,sglang_configure``): the new release is installed and patched on
    disk while the old process keeps running. The rerun must restart exactly once,
    without re-patching, and end compliant.
 2. A flag change whose run is killed (SIGKILL to ansible-playbook) after the
@@ -75,7 +75,7 @@ def _compliant(host, version: str, steps: int) -> None:
 def test_run_stopped_before_the_restart_leaves_the_old_process_running(host):
     assert starts(host) == 1
     pid = _main_pid(host)
-    run = run_playbook(extra_vars=UPGRADE, args=["--tags", "install,patch,verify,configure"])
+    run = run_playbook(extra_vars=UPGRADE, args=["--tags", "sglang_install,sglang_patch,sglang_verify,sglang_configure"])
     assert run.rc == 0, run.tail(120)
     path = deepseek_path(host)
     assert record_sha256(host) == PRISTINE_0512

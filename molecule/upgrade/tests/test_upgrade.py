@@ -20,7 +20,8 @@ from scenario_helpers import (  # noqa: E402
 
 CUDA_GRAPH_REL = "sglang/srt/model_executor/cuda_graph_runner.py"
 MODEL_RUNNER_REL = "sglang/srt/model_executor/model_runner.py"
-# Pristine deepseek_v2.py per release (sglang-facts.md), to catch a RECORD that lies.
+# Pristine sglang/srt/models/deepseek_v2.py per release (sha256 of the file in each release's wheel),
+# to catch a RECORD that lies.
 PRISTINE = {
     "0.5.9": "4071b9a6a6ac71e1143204708df42f2ba5bd163a5d7a020579242df56e490a35",
     "0.5.12.post1": "3947d605e2ffeafb2d20baa2d87490d02a5671df0eb7bd0527ec60581580a49c",

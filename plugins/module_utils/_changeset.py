@@ -1,0 +1,392 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One change set per run: what a remediating run replaced on a host, and putting it back.
+
+A run that writes opens a change set first (``open_set``), before its first write.
+It records, in ``<state_dir>/changes/<id>/``, everything the run may replace:
+
+* the release installed in the venv (or none), with the bytes of the SGLang files
+  the engine patches, and the pip arguments that installed it;
+* every configuration file the run writes (the draft's ``config.json``, the unit,
+  the environment file, the fingerprint of what runs, the pinned requirement): its
+  bytes, owner, mode and sha256, or that it did not exist;
+* what exists only to be listed if the run created it (directories, the service
+  account) and whether the service was active and enabled.
+
+The engine adds the SGLang files it is about to patch (``remember``), after an
+install: those are the bytes a restore must put back first. ``restore_set`` walks
+the entries newest first, so a failed run on a freshly installed or upgraded
+release first gets that release's pristine file back, then the previous release
+(pip, with the same arguments) and its own bytes. ``close_set`` ends a run that
+reached its gates (or needed none): a set that changed nothing is discarded, so the
+rollback playbook never "restores" a no-op run.
+
+Blobs are root's, 0600, in 0700 directories (the environment file holds secrets);
+the newest ``keep`` sets are kept. Standard library only (hosts run python3 3.9+).
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import shutil
+import stat
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
+    EngineError, NotInstalled, TARGET_FILES, Installation, find_installation,
+)
+from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, sha256_hex
+
+CHANGES_DIR = "changes"
+MANIFEST = "manifest.json"
+# A set's state: open while its run goes on; closed once the run's change stands (gated, or no
+# restart needed); interrupted when a later run found it still open (its run died); restored
+# once put back (by the run's own undo or by the rollback playbook).
+APPLIED = ("closed", "interrupted")
+
+RunCommand = Callable[[List[str]], Tuple[int, str, str]]
+
+
+class RestoreError(EngineError):
+    """A restore that could not finish; the message says what is in place, ``restored`` what was
+    put back before it stopped."""
+
+    def __init__(self, msg: str, restored: Optional[List[str]] = None, left: Optional[List[str]] = None,
+                 files: Optional[List[Dict[str, Any]]] = None) -> None:
+        super().__init__(msg)
+        self.restored = list(restored or [])
+        self.files = list(files or [])
+        self.left = list(left or [])
+
+
+# ------------------------------------------------------------------ layout
+
+
+def changes_root(state_dir: str) -> str:
+    return os.path.join(state_dir, CHANGES_DIR)
+
+
+def _ids(root: str) -> List[str]:
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    return sorted((n for n in names if n.isdigit() and os.path.isfile(os.path.join(root, n, MANIFEST))), key=int)
+
+
+def load(set_dir: str) -> Dict[str, Any]:
+    with open(os.path.join(set_dir, MANIFEST)) as fh:
+        return json.load(fh)
+
+
+def _save(set_dir: str, manifest: Dict[str, Any]) -> None:
+    atomic_write(os.path.join(set_dir, MANIFEST), json.dumps(manifest, indent=1, sort_keys=True) + "\n",
+                 mode=0o600, durable=True)
+
+
+def _names(uid: int, gid: int) -> str:
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    return "%s:%s" % (user, group)
+
+
+def _file_entry(set_dir: str, path: str, by: str, manifest: Dict[str, Any]) -> Dict[str, Any]:
+    """What ``path`` is now, with its bytes kept as a blob (0600) when it exists."""
+    entry: Dict[str, Any] = {"kind": "file", "path": path, "by": by, "existed": False}
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return entry
+    if not stat.S_ISREG(st.st_mode):
+        raise EngineError("%s is not a regular file: a change set keeps regular files only" % path)
+    with open(path, "rb") as fh:
+        data = fh.read()
+    manifest["blobs"] = manifest.get("blobs", 0) + 1
+    blob = "blob-%d" % manifest["blobs"]
+    atomic_write(os.path.join(set_dir, blob), data, mode=0o600)
+    entry.update(existed=True, sha256=sha256_hex(data), mode="%04o" % stat.S_IMODE(st.st_mode),
+                 uid=st.st_uid, gid=st.st_gid, owner=_names(st.st_uid, st.st_gid), blob=blob)
+    return entry
+
+
+def _exists(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+# ------------------------------------------------------------------ open
+
+
+def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict[str, Any],
+             dirs: List[str], user: str, group: str, service: Dict[str, bool], keep: int = 5,
+             now: Callable[[], float] = time.time) -> Dict[str, Any]:
+    """Open this run's change set and record what it may replace; returns its manifest."""
+    root = changes_root(state_dir)
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    ids = _ids(root)
+    for old in ids:
+        manifest = load(os.path.join(root, old))
+        if manifest.get("state") == "open":
+            manifest["state"] = "interrupted"
+            _save(os.path.join(root, old), manifest)
+    new_id = "%06d" % (int(ids[-1]) + 1 if ids else 1)
+    set_dir = os.path.join(root, new_id)
+    os.makedirs(set_dir, mode=0o700)
+    entries: List[Dict[str, Any]] = []
+    manifest: Dict[str, Any] = {"id": new_id, "run_id": run_id, "opened": int(now()), "state": "open",
+                                "service": dict(service), "entries": entries, "blobs": 0}
+    release: Dict[str, Any] = {"kind": "release", "venv": venv, "version": None, "site_packages": None,
+                               "pip": dict(pip or {}), "sources": []}
+    inst = _installation(venv)
+    if inst is not None:
+        release.update(version=inst.version, site_packages=inst.site_packages)
+        for rel in TARGET_FILES:
+            path = inst.path(rel)
+            if os.path.exists(path):
+                release["sources"].append(_file_entry(set_dir, path, "release", manifest))
+    entries.append(release)
+    for path in files:
+        entries.append(_file_entry(set_dir, path, "open", manifest))
+    for path in dirs:
+        entries.append({"kind": "dir", "path": path, "existed": _exists(path)})
+    entries.append({"kind": "account", "user": user, "group": group,
+                    "user_existed": _account_exists(pwd.getpwnam, user),
+                    "group_existed": _account_exists(grp.getgrnam, group)})
+    _save(set_dir, manifest)
+    _prune(root, keep)
+    return dict(manifest, dir=set_dir)
+
+
+def _account_exists(lookup: Callable[[str], Any], name: str) -> bool:
+    try:
+        lookup(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _prune(root: str, keep: int) -> List[str]:
+    """Remove all but the newest ``keep`` sets (never an open one)."""
+    removed = []
+    ids = _ids(root)
+    for old in ids[:-keep] if keep > 0 else []:
+        set_dir = os.path.join(root, old)
+        if load(set_dir).get("state") == "open":
+            continue
+        shutil.rmtree(set_dir)
+        removed.append(old)
+    return removed
+
+
+def remember(set_dir: str, path: str, by: str) -> bool:
+    """Record ``path`` as it is now, before ``by`` writes it; once per writer and path."""
+    manifest = load(set_dir)
+    if manifest.get("state") != "open":
+        raise EngineError("change set %s is %s, not open" % (set_dir, manifest.get("state")))
+    entries = manifest["entries"]
+    if any(e.get("kind") == "file" and e.get("path") == path and e.get("by") == by for e in entries):
+        return False
+    entries.append(_file_entry(set_dir, path, by, manifest))
+    _save(set_dir, manifest)
+    return True
+
+
+# ------------------------------------------------------------------ compare
+
+
+def _current(path: str) -> Tuple[bool, Optional[str], Optional[str], Optional[Tuple[int, int]]]:
+    """(exists, sha256, mode, (uid, gid)) of ``path`` now."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False, None, None, None
+    with open(path, "rb") as fh:
+        digest = sha256_hex(fh.read())
+    return True, digest, "%04o" % stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
+
+
+def _differs(entry: Dict[str, Any]) -> bool:
+    exists, digest, mode, ids = _current(entry["path"])
+    if not entry["existed"]:
+        return exists
+    return not exists or digest != entry["sha256"] or mode != entry["mode"] or ids != (entry["uid"], entry["gid"])
+
+
+def _installation(venv: str) -> Optional[Installation]:
+    """The release in ``venv`` (RECORD unread: the set keeps the files themselves); None on a fresh host."""
+    try:
+        return find_installation(venv, record=False)
+    except NotInstalled:
+        return None
+
+
+def _installed_version(venv: str) -> Optional[str]:
+    inst = _installation(venv)
+    return inst.version if inst is not None else None
+
+
+def changes(manifest: Dict[str, Any]) -> List[str]:
+    """What differs now from what the set recorded, as the report lists it."""
+    out: List[str] = []
+    for entry in manifest["entries"]:
+        if entry["kind"] == "release":
+            now = _installed_version(entry["venv"])
+            if now != entry["version"]:
+                out.append("sglang %s -> %s in %s" % (entry["version"] or "(none)", now or "(none)", entry["venv"]))
+        elif entry["kind"] == "file" and entry["by"] == "open" and _differs(entry):
+            exists, digest, _mode, _ids_ = _current(entry["path"])
+            out.append("%s %s -> %s" % (entry["path"], entry.get("sha256", "(absent)")[:12] if entry["existed"]
+                                        else "(absent)", digest[:12] if exists else "(absent)"))
+    seen = set()
+    for entry in manifest["entries"]:
+        if entry["kind"] == "file" and entry["by"] != "open" and entry["path"] not in seen and _differs(entry):
+            seen.add(entry["path"])
+            exists, digest, _mode, _ids_ = _current(entry["path"])
+            out.append("%s %s -> %s" % (entry["path"], entry.get("sha256", "(absent)")[:12],
+                                        digest[:12] if exists else "(absent)"))
+    return out
+
+
+def close_set(set_dir: str, now: Callable[[], float] = time.time) -> Dict[str, Any]:
+    """End the run's set: closed when it changed something, discarded when it changed nothing."""
+    manifest = load(set_dir)
+    found = changes(manifest)
+    if not found:
+        shutil.rmtree(set_dir)
+        return {"id": manifest["id"], "state": "discarded", "changes": []}
+    manifest.update(state="closed", closed=int(now()), changes=found)
+    _save(set_dir, manifest)
+    return {"id": manifest["id"], "state": "closed", "changes": found}
+
+
+def newest_applied(state_dir: str) -> Optional[str]:
+    """The set of the last run whose change stands (the rollback playbook's), or None."""
+    root = changes_root(state_dir)
+    for set_id in reversed(_ids(root)):
+        set_dir = os.path.join(root, set_id)
+        if load(set_dir).get("state") in APPLIED:
+            return set_dir
+    return None
+
+
+# ------------------------------------------------------------------ restore
+
+
+def _put_back(set_dir: str, entry: Dict[str, Any], check_mode: bool) -> Optional[Tuple[str, Dict[str, Any]]]:
+    """One file as the set recorded it: (the report line, the file's record), or None when it already is.
+
+    The record (path, sha256, mode, owner; sha256 None for a file removed) is what callers
+    read; the line is for people and may be reworded.
+    """
+    if not _differs(entry):
+        return None
+    path = entry["path"]
+    if not entry["existed"]:
+        if not check_mode:
+            os.unlink(path)
+        return ("%s removed (it did not exist before)" % path,
+                {"path": path, "sha256": None, "mode": None, "owner": None})
+    with open(os.path.join(set_dir, entry["blob"]), "rb") as fh:
+        data = fh.read()
+    if not check_mode:
+        # Mode and owner set on the temp file, before the rename: no reader sees other ones.
+        like = os.stat_result((int(entry["mode"], 8), 0, 0, 0, entry["uid"], entry["gid"], 0, 0, 0, 0))
+        atomic_write(path, data, like=like, dir_mode=0o755, owner="strict", durable=True)
+    return ("%s restored to sha256 %s (%s %s)" % (path, entry["sha256"], entry["mode"], entry["owner"]),
+            {"path": path, "sha256": entry["sha256"], "mode": entry["mode"], "owner": entry["owner"]})
+
+
+def _reinstall(entry: Dict[str, Any], run_command: RunCommand, check_mode: bool) -> str:
+    """Put the previous release back into the venv with the arguments that installed it."""
+    pip = entry.get("pip") or {}
+    python = os.path.join(entry["venv"], "bin", "python")
+    argv = [python, "-m", "pip", "install", "--disable-pip-version-check"] + list(pip.get("args") or [])
+    requirement = pip.get("requirement")
+    if requirement and _pins(requirement, entry["version"]):
+        # The previous install was hash-checked: its own requirement file (put back first) says how.
+        argv += ["--require-hashes", "-r", requirement]
+    else:
+        argv.append("sglang==%s" % entry["version"])
+    if check_mode:
+        return "sglang %s would be reinstalled in %s" % (entry["version"], entry["venv"])
+    rc, out, err = run_command(argv)
+    if rc != 0:
+        raise RestoreError("could not put sglang %s back into %s (pip exited %d: %s); the SGLang files were"
+                           " left as the failed run's release has them, pristine"
+                           % (entry["version"], entry["venv"], rc, (err or out).strip()[-400:]))
+    return "sglang %s reinstalled in %s" % (entry["version"], entry["venv"])
+
+
+def _pins(requirement: str, version: str) -> bool:
+    """Whether the requirement file (as put back) pins exactly ``version`` of sglang."""
+    try:
+        with open(requirement) as fh:
+            return any(line.split()[0] == "sglang==%s" % version for line in fh if line.strip())
+    except OSError:
+        return False
+
+
+def restore_set(set_dir: str, run_command: RunCommand, check_mode: bool = False,
+                now: Callable[[], float] = time.time) -> Dict[str, Any]:
+    """Put back everything the set recorded, newest entry first; what was restored and left."""
+    manifest = load(set_dir)
+    restored: List[str] = []
+    files: List[Dict[str, Any]] = []
+    left: List[str] = []
+    entries = manifest["entries"]
+
+    def put_back(entry):
+        done = _put_back(set_dir, entry, check_mode)
+        if done:
+            restored.append(done[0])
+            files.append(done[1])
+
+    # Configuration first, so that a release reinstalled with hashes finds its own requirement.
+    for entry in reversed(entries):
+        if entry["kind"] == "file":
+            put_back(entry)
+    for entry in entries:
+        if entry["kind"] == "release":
+            now_version = _installed_version(entry["venv"])
+            if entry["version"] is None:
+                if now_version is not None:
+                    left.append("%s with sglang %s (installed by this run)" % (entry["venv"], now_version))
+            elif now_version != entry["version"]:
+                try:
+                    restored.append(_reinstall(entry, run_command, check_mode))
+                except RestoreError as exc:
+                    left.append("%s with sglang %s (reinstalling sglang %s failed)" % (
+                        entry["venv"], now_version, entry["version"]))
+                    raise RestoreError(str(exc), restored, left, files)
+            for source in entry["sources"]:
+                put_back(source)
+        elif entry["kind"] == "dir" and not entry["existed"] and _exists(entry["path"]):
+            if not any(line.startswith(entry["path"] + " with sglang ") for line in left):
+                left.append("%s (created by this run)" % entry["path"])
+        elif entry["kind"] == "account":
+            if not entry["user_existed"] and _account_exists(pwd.getpwnam, entry["user"]):
+                left.append("user %s (created by this run)" % entry["user"])
+            if not entry["group_existed"] and _account_exists(grp.getgrnam, entry["group"]):
+                left.append("group %s (created by this run)" % entry["group"])
+    if not check_mode:
+        if manifest.get("state") == "open" and not restored and not left:
+            # A failed run that had changed nothing (refused after the set was opened): the host
+            # is as it was, and no set of it stays behind (as closing an unchanged set discards it).
+            shutil.rmtree(set_dir)
+        else:
+            manifest.update(state="restored", restored_at=int(now()), restored_lines=restored, left=left)
+            _save(set_dir, manifest)
+    release = next((e["version"] for e in entries if e["kind"] == "release"), None)
+    return {"id": manifest["id"], "run_id": manifest.get("run_id"), "restored": restored, "files": files, "left": left,
+            "service": manifest.get("service", {}), "release": release, "changed": bool(restored)}
