@@ -30,36 +30,22 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as RO
 PLUGINS = REPO / "plugins"
 REASONS_FILE = PLUGINS / "module_utils" / "_reasons.py"
 
-# The contract the alerts (examples/prometheus/alerts.yml) and the textfile's readers rely on.
-# A code moves to another class only on purpose: change it in _reasons.REASONS and here.
-EXPECTED_CLASSES = {
-    "release.not_installed": "release",
-    "release.not_pinned": "release",
-    "source.unpatched": "source",
-    "source.restore_needed": "source",
-    "source.refused": "source",
-    "source.unreadable": "source",
-    "draft.ids_differ": "draft_config",
-    "draft.missing": "draft_config",
-    "draft.unreadable": "draft_config",
-    "unit.differs": "service_files",
-    "environment.differs": "service_files",
-    "api_keys.differs": "service_files",
-    "files.differs": "service_files",
-    "files.unreadable": "service_files",
-    "files.bad_entry": "service_files",
-    "server.differs": "running_server",
-    "server.fingerprint_differs": "running_server",
-    "server.fingerprint_unreadable": "running_server",
-    "server.not_recorded": "running_server",
-    "server.inactive": "running_server",
-    "live.settings_differ": "live_settings",
-    "live.accept_length_low": "live_accept_length",
-    "live.unavailable": "live_unavailable",
-    "live.probe_failed": "live_unavailable",
-    "live.auth_refused": "live_auth",
-    "live.auth_missing": "live_auth",
+# The contract the alerts (examples/prometheus/alerts.yml) and the textfile's readers rely on,
+# stated once more on purpose, per class: a code moves to another class only when it is
+# changed in _reasons.REASONS and here.
+CLASS_CODES = {
+    "release": "release.not_installed release.not_pinned",
+    "source": "source.unpatched source.restore_needed source.refused source.unreadable",
+    "draft_config": "draft.ids_differ draft.missing draft.unreadable",
+    "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry",
+    "running_server": "server.differs server.fingerprint_differs server.fingerprint_unreadable server.not_recorded "
+                      "server.inactive",
+    "live_settings": "live.settings_differ",
+    "live_accept_length": "live.accept_length_low",
+    "live_unavailable": "live.unavailable live.probe_failed",
+    "live_auth": "live.auth_refused live.auth_missing",
 }
+EXPECTED_CLASSES = {code: cls for cls, codes in CLASS_CODES.items() for code in codes.split()}
 
 # Rewordings, among them the beginnings the old prefix table matched for other classes.
 REWORDINGS = ("", "something else entirely", "unit file", "live: the server runs x", "sglang 0.5.8 installed",
