@@ -107,3 +107,15 @@ def test_only_a_compliant_host_on_the_fast_path_ends_at_its_probe():
 def test_the_role_reads_the_actions_one_decision_not_a_copy_of_it():
     main = (ROLE / "tasks" / "main.yml").read_text()
     assert "_sglang_probe.ends_here" in main and "_sglang_probe.compliant" not in main
+
+
+def test_the_spec_is_the_roles_main_entry_point_read_through_the_loaders_public_api(tmp_path):
+    from types import SimpleNamespace
+
+    from ansible.parsing.dataloader import DataLoader
+
+    plugin = action.ActionModule.__new__(action.ActionModule)
+    plugin._loader = DataLoader()
+    assert plugin._main_spec(SimpleNamespace(get_role_path=lambda: str(ROLE))) == spec()
+    # A role without the file (a copy without meta/argument_specs.yml) has no spec to apply.
+    assert plugin._main_spec(SimpleNamespace(get_role_path=lambda: str(tmp_path))) == {}

@@ -20,6 +20,7 @@ of the fast path in the probe's own worker, around the one remote call:
 from __future__ import annotations
 
 import hashlib
+import os
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_bytes
@@ -72,14 +73,22 @@ class ActionModule(ActionBase):
         """The named variables as the role sees them (templated), absent ones left out."""
         return self._templar.template({n: task_vars[n] for n in names if n in task_vars})
 
+    def _main_spec(self, role):
+        """The options of the role's entry point main, read from its meta/argument_specs.yml as it is shipped
+        (through the loader's public API and its cache, not the role's private reader)."""
+        path = os.path.join(role.get_role_path(), "meta", "argument_specs.yml")
+        if not os.path.isfile(path):
+            return {}
+        data = self._loader.load_from_file(path) or {}
+        return ((data.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+
     def _role_errors(self, task_vars):
         """(message, errors) of the role's two checks, the first that fails; (None, []) when both pass."""
         role = self._task._role
         if role is not None:
-            specs = role._get_role_argspecs() or {}
-            spec = (specs.get("main") or {}).get("options") or {}
+            spec = self._main_spec(role)
             if spec:
-                values = combine_vars(self._role_values(spec, task_vars), getattr(role, "_role_params", {}) or {})
+                values = combine_vars(self._role_values(spec, task_vars), role.get_role_params())
                 errors = spec_errors(spec, values)
                 if errors:
                     return "Validation of arguments failed:\n%s" % "\n".join(errors), errors
