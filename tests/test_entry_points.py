@@ -30,8 +30,8 @@ PLAY = """\
 
 
 def _run(tmp_path, entry, variables):
-    (tmp_path / "play.yml").write_text(PLAY % {"entry": entry, "vars": yaml.safe_dump(variables, default_flow_style=True)
-                                               .strip()})
+    inline = yaml.safe_dump(variables, default_flow_style=True).strip()
+    (tmp_path / "play.yml").write_text(PLAY % {"entry": entry, "vars": inline})
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH), ANSIBLE_NOCOLOR="1",
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"))
     proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "one,", "-c", "local",
