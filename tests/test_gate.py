@@ -153,3 +153,22 @@ def test_gate_failures_hold_what_is_expected_and_nothing_more():
         {"code": "live.accept_length_low",
          "text": "speculative decoding accepts ? tokens per step, below sglang_accept_length_min=2.5; the draft is "
                  "probably fed other hidden states than it was trained on."}]
+
+
+def test_a_key_file_that_cannot_be_read_fails_the_gate_once_healthy(tmp_path, run_double, real_059):
+    """The gate's one failure before any request: healthy, but its own key file is gone or bad."""
+    double = remediated_double(tmp_path, run_double, real_059)
+    args = dict(url="http://127.0.0.1:%d" % double.port, wait=30, delay=0.2, prompts=PROMPTS,
+                record=dict(state_file=str(tmp_path / "state" / "running.json"), components={"x": "value:y"}))
+    bad = tmp_path / "bad.keys.yaml"
+    bad.write_text("api-key: 42\n")  # not the one form the role writes (a JSON string)
+    (tmp_path / "a-directory").mkdir()
+    for path in (bad, tmp_path / "a-directory"):
+        rc, res = run_module(GATE, tmp_path, dict(args, api_key_file=str(path)))
+        assert rc != 0 and res["failed"] and res["ready"] is True, res
+        assert res["msg"].startswith("healthy, but the key file cannot be read: ") and path.name in res["msg"], res
+        # Nothing was asked of the server, and nothing recorded.
+        assert "info" not in res and "live" not in res and not (tmp_path / "state" / "running.json").exists()
+    # A file that is not there is no key (the role removes it when none is set): the gate goes on.
+    rc, res = run_module(GATE, tmp_path, dict(args, api_key_file=str(tmp_path / "no-such.keys.yaml")))
+    assert rc == 0 and res["ready"] and "info" in res, res
