@@ -122,6 +122,36 @@ function: DeepseekV2ForCausalLM.set_eagle3_layers_to_capture
 @@ end
 """
 
+# Both companions make the no-argument calls that reset the ids before CUDA-graph capture
+# (CudaGraphRunner.__init__, and ModelRunner._dummy_run, which kernel warmup runs) pass the
+# configured ids, held on ModelRunner.
+_CONFIGURED_IDS_IN_GRAPHS = """\
+@@ hunk
+file: sglang/srt/model_executor/cuda_graph_runner.py
+function: CudaGraphRunner.__init__
+@@ old
+self.model_runner.model.set_eagle3_layers_to_capture()
+@@ new
+self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
+@@ end
+"""
+
+
+def _dummy_run_hunk(optional: bool) -> str:
+    """The _dummy_run hunk; optional where some releases of the family have no _dummy_run."""
+    return ("""\
+@@ hunk
+file: sglang/srt/model_executor/model_runner.py
+function: ModelRunner._dummy_run
+""" + ("optional: true\n" if optional else "") + """\
+@@ old
+self.model.set_eagle3_layers_to_capture()
+@@ new
+self.model.set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
+@@ end
+""")
+
+
 # Companion companion_cg_attr: SGLang 0.5.8 ... 0.5.10.post1, applied together with
 # body_a_loop when CudaGraphRunner.__init__ and ModelRunner._dummy_run call
 # set_eagle3_layers_to_capture() with no ids.
@@ -138,25 +168,7 @@ function: DeepseekV2ForCausalLM.set_eagle3_layers_to_capture
 # before initialize() builds any graph, and both calls are guarded by
 # eagle_use_aux_hidden_state, which is only True on the path that sets it. Passing
 # that attribute is the smallest change that makes graphs use the configured ids.
-_COMPANION_CG_ATTR = """\
-@@ hunk
-file: sglang/srt/model_executor/cuda_graph_runner.py
-function: CudaGraphRunner.__init__
-@@ old
-self.model_runner.model.set_eagle3_layers_to_capture()
-@@ new
-self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
-@@ end
-
-@@ hunk
-file: sglang/srt/model_executor/model_runner.py
-function: ModelRunner._dummy_run
-@@ old
-self.model.set_eagle3_layers_to_capture()
-@@ new
-self.model.set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
-@@ end
-"""
+_COMPANION_CG_ATTR = _CONFIGURED_IDS_IN_GRAPHS + "\n" + _dummy_run_hunk(optional=False)
 
 # Companion companion_cg_local: SGLang 0.5.4.post2 ... 0.5.7, applied together with
 # body_a_loop when CudaGraphRunner.__init__ calls set_eagle3_layers_to_capture()
@@ -203,25 +215,7 @@ function: ModelRunner.initialize
         if self.device == "cuda":
 @@ end
 
-@@ hunk
-file: sglang/srt/model_executor/cuda_graph_runner.py
-function: CudaGraphRunner.__init__
-@@ old
-self.model_runner.model.set_eagle3_layers_to_capture()
-@@ new
-self.model_runner.model.set_eagle3_layers_to_capture(self.model_runner.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
-@@ end
-
-@@ hunk
-file: sglang/srt/model_executor/model_runner.py
-function: ModelRunner._dummy_run
-optional: true
-@@ old
-self.model.set_eagle3_layers_to_capture()
-@@ new
-self.model.set_eagle3_layers_to_capture(self.eagle_aux_hidden_state_layer_ids)  # @MARKER@: configured ids
-@@ end
-"""
+""" + _CONFIGURED_IDS_IN_GRAPHS + "\n" + _dummy_run_hunk(optional=True)
 
 
 # Name to text, the marker in place: what the engine applies when its caller passes no patches.
