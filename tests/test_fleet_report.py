@@ -396,3 +396,11 @@ def test_each_steps_soak_verdict_is_in_the_report_and_a_failed_one_fails_its_hos
     assert rows["h4"]["status"] == "not reached" and rows["h4"]["soak"] == ""
     assert "- soak after batch 1 (60 s, 1 hosts re-read): passed, promoted" in md
     assert "- soak after batch 2 (60 s, 3 hosts re-read): FAILED, rolled back this batch, stopped (failed: h2)" in md
+
+
+@pytest.mark.parametrize("value, role, part", [
+    ("pass", "none", "pass"), ("Batch", "none", "batch"), (True, "none", "batch"), ("yes", "none", "batch"),
+    (False, "sglang", None), (None, "fleetops.sglang.sglang", "batch"), (None, "other", None)])
+def test_one_play_variable_says_how_a_play_takes_part(value, role, part):
+    variables = {} if value is None else {"sglang_fleet_report": value}
+    assert report.fleet_part(play(Inventory(["h1"]), role=role, **variables)) == part
