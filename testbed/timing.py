@@ -32,7 +32,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 # The suite warns (it does not fail: these machines are shared and noisy) above this.
 WARN_SECONDS = 60 * 60
-# The budget the README states for a cold run from a fresh clone.
+# The budget the tests guide (docs/docsite/rst/guide_tests.rst) states for a cold run from a fresh clone.
 BUDGET_SECONDS = 40 * 60
 
 

@@ -33,7 +33,7 @@ HARNESS_PATH = MODULE_UTILS_DIR / "_forward_harness.py"
 DS = DIST.DEEPSEEK_FILE
 TRAINED = ["embedding", "output of layer 2", "output of layer 30"]
 EXECUTED = "forward: embedding, L2, L30 (executed)"
-# One release per family and both sides of every boundary (the README's per-release table): body A with
+# One release per family and both sides of every boundary (the per-release table of guide_releases.rst): body A with
 # companion_cg_local (0.5.4.post2 .. 0.5.7, _dummy_run from 0.5.6) and companion_cg_attr
 # (0.5.8 .. 0.5.10.post1, three-value layers from 0.5.10), body A without companion
 # (0.5.11 .. 0.5.12.post1), body B on the L forward (0.5.13, 0.5.13.post1), C (0.5.14 ..
@@ -316,7 +316,7 @@ def test_test_double_native_and_without_torch(make_venv, torch_python):
 def test_module_reports_the_executed_capture_on_a_host_with_torch(version, make_venv, patches, tmp_path, torch_python):
     """What the role does on a GPU host: the venv's python imports torch, the module runs
     the check through its run_command and returns the line the report shows.
-    (Molecule's test bed has no torch; see README "Tests" for why this is proven here.)"""
+    (Molecule's test bed has no torch; see docs/docsite/rst/guide_tests.rst for why this is proven here.)"""
     venv = make_venv(version)
     args = {"venv": str(venv), "patches": patches, "backup_dir": str(tmp_path / "bk"), "python": torch_python}
     _, out = run_module(LIBRARY, tmp_path, args)

@@ -1,6 +1,6 @@
 """The patch engine against real SGLang release files (downloaded at test time).
 
-The expected decision per release is the specification (README, "What the role decides, per
+The expected decision per release is the specification (docs/docsite/rst/guide_releases.rst, "What the role decides, per
 release", read in each wheel's sglang/srt/models/deepseek_v2.py); every
 other assertion is about what the engine does to the real files.
 """

@@ -1,4 +1,4 @@
-"""The role's documented surface stays in sync: defaults, argument_specs and the README table."""
+"""The role's documented surface stays in sync: defaults, argument_specs and the input guide's table."""
 from __future__ import annotations
 
 import re
@@ -42,21 +42,24 @@ def test_layer_ids_are_not_coerced_by_the_spec():
     assert "elements" not in _options()["sglang_eagle3_layer_ids"]
 
 
-def test_readme_variable_table_lists_every_variable():
-    readme = (ROOT / "README.md").read_text()
-    # The role's table, in its section (the playbooks' own variables have a table of their own).
-    section = readme.split("\n## Variables\n", 1)[1].split("\n## ", 1)[0]
-    rows = set(re.findall(r"^\| `(sglang_\w+)` \|", section, flags=re.M))
+GUIDE = ROOT / "docs" / "docsite" / "rst" / "guide_inputs.rst"
+
+
+def test_the_guides_variable_table_lists_every_variable():
+    guide = GUIDE.read_text()
+    # The role's table, between its markers (the playbooks' own variables have a table of their own).
+    section = guide.split(".. BEGIN variable table", 1)[1].split(".. END variable table", 1)[0]
+    rows = set(re.findall(r"^   \* - ``(sglang_\w+)``$", section, flags=re.M))
     assert rows == set(_options()), sorted(set(_options()) ^ rows)
 
 
-def test_readme_variable_table_is_the_generated_one():
+def test_the_guides_variable_table_is_the_generated_one():
     """Defaults, meanings and the accepted column come from the specs and _inputs.py."""
     import subprocess
 
     table = subprocess.run([str(ROOT / "scripts" / "variable-table")], capture_output=True, text=True,
                            check=True).stdout
-    assert table.strip() in (ROOT / "README.md").read_text(), "README table is stale: run scripts/variable-table"
+    assert table in GUIDE.read_text(), "the input guide's table is stale: run scripts/variable-table --write"
 
 
 def _entry_points() -> dict:

@@ -2,7 +2,7 @@
 release.
 
 The table is read with ``ast`` from the downloaded wheels (one release per family
-and every boundary of the README's support matrix), then each rule is checked on
+and every boundary of the support matrix of docs/docsite/rst/guide_releases.rst), then each rule is checked on
 it: unknown flags, managed dests reached by alias, ``--flag=value`` or prefix,
 ambiguous prefixes, the capture-breaking flags, --config and model overrides.
 Where the parser venv exists, tests/test_parse_server_args.py compares these
@@ -28,7 +28,7 @@ sys.modules["_serverargs"] = S
 spec.loader.exec_module(S)
 from ansible_collections.fleetops.sglang.plugins.module_utils import _flagtable as T  # noqa: E402
 
-# One release per family and the matrix boundaries (README, "What the role decides").
+# One release per family and the matrix boundaries (docs/docsite/rst/guide_releases.rst).
 RELEASES = ["0.5.4.post2", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
             "0.5.13", "0.5.13.post1", "0.5.14", "0.5.23"]
 # How each release lays its flags out.

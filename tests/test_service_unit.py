@@ -20,7 +20,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _service as
 VAR = "sglang_service_extra_directives"
 
 # What must never be in the default profile: each hides or breaks something a
-# GPU server needs (README, Service hardening).
+# GPU server needs (docs/docsite/rst/guide_hardening.rst, Service hardening).
 GPU_UNSAFE = ("MemoryDenyWriteExecute", "PrivateDevices", "DevicePolicy", "DeviceAllow", "SystemCallFilter",
               "ProcSubset", "PrivateIPC", "ProtectClock", "PrivateUsers", "PrivateNetwork", "IPAddressDeny")
 

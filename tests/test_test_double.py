@@ -41,7 +41,7 @@ td = _load_module()
 
 
 # --------------------------------------------------------------------------
-# Fake installs.  The fake sources mimic the shapes SGLang releases have (README, "What the
+# Fake installs.  The fake sources mimic the shapes SGLang releases have (docs/docsite/rst/guide_releases.rst, "What the
 # role decides, per release"); the real 0.5.9 files come from the wheel.
 # --------------------------------------------------------------------------
 

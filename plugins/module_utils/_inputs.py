@@ -10,7 +10,7 @@ on the controller, by the role's one preflight task (through the filter
 
 One table, ``VARIABLES``, holds a checker and the accepted format for each
 variable of ``meta/argument_specs.yml`` (tests keep the two in sync, and
-``scripts/variable-table`` prints the accepted column of the README from it).
+``scripts/variable-table`` prints the accepted column of the input guide's table from it).
 Messages read ``<var>=<value> <problem>; <what is accepted>.`` The checkers by kind
 and the helpers live in ``_inputs_values``, the rules for single variables in
 ``_inputs_rules``.
@@ -197,7 +197,8 @@ def unknown_variables(names: Sequence[str]) -> List[str]:
     for name in sorted(n for n in names if n.startswith("sglang_") and n not in VARIABLES and n not in OTHER_NAMES):
         near = nearest_name(name)
         errors.append("%s is not a variable of the role, so its value would be ignored%s; accepted: the variables "
-                      "of the README's table (the role's own and the playbooks'), each spelled as there."
+                      "of the input guide's table (docs/docsite/rst/guide_inputs.rst: the role's own; the "
+                      "playbooks' in guide_fleet.rst), each spelled as there."
                       % (name, "; did you mean %s?" % near if near else ""))
     return errors
 
@@ -252,5 +253,5 @@ def variable_errors(values: Mapping[str, Any], live_prompts: int = LIVE_PROMPTS,
 
 
 def accepted(name: str) -> str:
-    """What is accepted for ``name``, for the README's variable table."""
+    """What is accepted for ``name``, for the input guide's variable table."""
     return VARIABLES[name].accepted

@@ -3,7 +3,7 @@
 
 A rule that quotes what is accepted in its messages takes that text as a fourth
 argument, from the table (``accepting`` in _inputs_values): the table in
-_inputs says it once, for the README and the messages alike. Rules that
+_inputs says it once, for the input guide and the messages alike. Rules that
 judge several variables together (the wheelhouse and the release, the speculative
 triple, the home and the state directory) read the others from ``values``. Stdlib only.
 """

@@ -58,7 +58,7 @@ UNIT_UNSAFE_RE = re.compile(r"[\s%\"'\\$;]")
 
 @dataclass(frozen=True)
 class Variable:
-    """How one variable is checked, and what the README and the messages say is accepted."""
+    """How one variable is checked, and what the input guide and the messages say is accepted."""
 
     accepted: str
     check: Callable[[str, Any, Mapping[str, Any]], List[str]]

@@ -57,7 +57,7 @@ MANAGED_FLAGS = (
 
 # Flags (by dest) that silently drop or break the aux hidden-state capture the
 # draft was trained on, or swap the code the role patched. Evidence per release
-# is in the README ("Flags refused in sglang_extra_args").
+# is in the input guide (docs/docsite/rst/guide_inputs.rst, "Flags refused in sglang_extra_args").
 CAPTURE_BREAKING = {
     "enable_two_batch_overlap": (
         "with two-batch overlap DeepseekV2Model.forward runs every layer from "

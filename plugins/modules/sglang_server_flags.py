@@ -23,7 +23,7 @@ description:
     not know (argparse would exit 2 and the service crash-loop), an ambiguous abbreviation, anything
     argparse would store in a flag the role renders (the exact flag, an alias, C(--flag=value), or an
     unambiguous prefix when abbreviations are allowed; the last occurrence wins, silently), or a flag
-    that drops or breaks the aux hidden-state capture of the EAGLE-3 draft (see the README).
+    that drops or breaks the aux hidden-state capture of the EAGLE-3 draft (see docs/docsite/rst/guide_inputs.rst).
   - Fails on a key flag (C(--api-key), C(--admin-api-key), an abbreviation or C(=) form) in C(sglang_extra_args),
     naming the variable that carries the key instead, without showing the item or its value.
   - With O(key_vars), fails when the release has no C(--config) or no option for a key that is set,

@@ -1,4 +1,4 @@
-"""Which of this scenario's cases run on which distribution (README, Tests).
+"""Which of this scenario's cases run on which distribution (docs/docsite/rst/guide_tests.rst).
 
 On Debian 12 the ssh scenario covers the SSH path in full: test_ssh_distro.py runs only where
 MOLECULE_DISTRO is not bookworm. Elsewhere the cases that do not depend on the distribution

@@ -11,7 +11,7 @@ canary case. The tests run in file order and build on each other:
    all of them, each with its own fault (the host_vars of a generated inventory, plus what
    a case does to the host: a read-only mount, a broken interpreter), and a controller
    SIGKILLed during the gate for two of them;
-2. each host is judged against the contract (README, "When a run fails"): a host that
+2. each host is judged against the contract (docs/docsite/rst/guide_restart.rst, "When a run fails"): a host that
    served serves what it served, with the same files byte for byte and the same argv and
    environment; a fresh host serves nothing, its SGLang file pristine; a failed undrain
    hook or textfile keeps the gated change; the row is complete, the lease given back,
