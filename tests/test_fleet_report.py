@@ -404,3 +404,39 @@ def test_each_steps_soak_verdict_is_in_the_report_and_a_failed_one_fails_its_hos
 def test_one_play_variable_says_how_a_play_takes_part(value, role, part):
     variables = {} if value is None else {"sglang_fleet_report": value}
     assert report.fleet_part(play(Inventory(["h1"]), role=role, **variables)) == part
+
+
+def _summary(md):
+    return md.split("## By status\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+
+
+def test_the_markdown_has_one_line_per_status_with_its_share_and_hosts():
+    rows = ([{"host": "gpu-%02d" % i, "status": "ok"} for i in range(10)]
+            + [{"host": "gpu-10", "status": "failed"}, {"host": "gpu-11", "status": "changed"}])
+    lines = report.status_summary(rows, running=False)
+    summary = _summary("\n".join(lines) + "\n")
+    # The table's order (failures first), one line per status present and none for the others.
+    assert [line.split("**")[1] for line in summary] == ["failed", "changed", "ok"]
+    failed, changed, ok = summary
+    assert failed.endswith("**failed** 1 of 12: gpu-10") and changed.endswith("**changed** 1 of 12: gpu-11")
+    # At most SUMMARY_HOSTS names, then how many more; the bar is the status's share of the fleet.
+    assert ok.endswith("**ok** 10 of 12: " + ", ".join("gpu-%02d" % i for i in range(8)) + " and 2 more")
+    bar = ok.split("`")[1]
+    assert len(bar) == report.SUMMARY_BAR and bar.count("#") == round(report.SUMMARY_BAR * 10 / 12)
+    assert failed.split("`")[1].count("#") == round(report.SUMMARY_BAR / 12)
+    # A status of one host in a large fleet still shows in its bar.
+    large = report.status_summary([{"host": "h%d" % i, "status": "ok" if i else "failed"} for i in range(500)], False)
+    assert large[2].split("`")[1] == "#" + "." * (report.SUMMARY_BAR - 1) and "1 of 500" in large[2]
+
+
+def test_the_status_summary_is_in_the_written_report_and_calls_hosts_not_reached_yet_pending(callback, tmp_path):
+    inv = Inventory(["h1", "h2", "h3"])
+    inv.batch = ["h1"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", fact("h1")))
+    _, md = read(tmp_path)
+    assert [line.split("**")[1] for line in _summary(md)] == ["pending", "ok"]
+    assert md.index("## By status") < md.index("## Hosts")
+    callback.v2_playbook_on_stats(Stats({"h1": 5}))
+    _, md = read(tmp_path)
+    assert _summary(md)[0].endswith("**not reached** 2 of 3: h2, h3")

@@ -35,7 +35,9 @@ description:
     what the fleet plays' variables say, as for the rows' C(mode); C(audit) where C(sglang_audit) is true
     (C(playbooks/audit.yml)), C(rollback) where C(_sglang_rollback_run) is (C(playbooks/rollback.yml)), else
     C(remediate); an extra variable wins over the play's. The playbook's file name plays no part.
-  - At the end the Markdown summary (failures first, counts per decision) is printed too.
+  - C(fleet.md) has one line per status (its count, its share of the fleet as a bar of C(#), its first hosts), the
+    hosts that need attention, then one row per host. At the end the Markdown summary (failures first, counts per
+    decision) is printed too.
   - A host that could not be reached (sshd down, a connection that dropped mid-run, a stopped container over the
     docker connection, whose task fails with C(Module result deserialization failed)) gets the status
     C(unreachable) with the connection's message, distinct from C(failed), and is listed under "Needs attention".
@@ -265,6 +267,31 @@ def action_of(row: Dict[str, Any], check_mode: bool) -> str:
     return decision or ""
 
 
+# How many host names a status line of the summary shows before "and N more".
+SUMMARY_HOSTS = 8
+SUMMARY_BAR = 20
+
+
+def status_summary(rows: List[Dict[str, Any]], running: bool) -> List[str]:
+    """One line per status, in the table's order: its count, its share of the fleet as a bar, its first hosts."""
+    if not rows:
+        return []
+    lines = ["## By status", ""]
+    statuses = sorted({r["status"] for r in rows},
+                      key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER))
+    for status in statuses:
+        hosts = [r["host"] for r in rows if r["status"] == status]
+        filled = max(1, round(SUMMARY_BAR * len(hosts) / len(rows)))
+        shown = ", ".join(hosts[:SUMMARY_HOSTS])
+        if len(hosts) > SUMMARY_HOSTS:
+            shown += " and %d more" % (len(hosts) - SUMMARY_HOSTS)
+        name = "pending" if running and status == "not reached" else status
+        lines.append("- `%s` **%s** %d of %d: %s" % (
+            "#" * filled + "." * (SUMMARY_BAR - filled), name, len(hosts), len(rows), shown))
+    lines.append("")
+    return lines
+
+
 def render_markdown(doc: Dict[str, Any]) -> str:
     """The human report: run line, counts, failures first, then one row per host."""
     run = doc["run"]
@@ -284,6 +311,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             ", %s" % soak["action"] if soak["action"] else "") + (" (failed: %s)" % ", ".join(failed) if failed else ""))
     lines.append("")
     running = run["result"] == "running"
+    lines += status_summary(rows, running)
     # While the run goes on, hosts no batch has reached yet are pending, not a finding.
     attention = [r for r in rows if (r["status"] in ATTENTION or r.get("error") or r["status"] == "noncompliant")
                  and not (running and r["status"] == "not reached")]
