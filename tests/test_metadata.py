@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -100,3 +101,27 @@ def test_the_readmes_table_is_the_public_surface_ansible_doc_lists():
         assert rows[row] == listed, (kind, sorted(rows[row] ^ listed))
     version = _yaml("galaxy.yml")["version"]
     assert "fleetops-sglang-%s.tar.gz" % version in readme
+
+
+DOCSITE = REPO / "docs" / "docsite"
+LABEL = ".. _ansible_collections.fleetops.sglang.docsite.%s:"
+
+
+def test_the_readme_fits_on_two_screens_and_points_at_the_guides():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150, "the README is the front page; the reference goes into a guide"
+    # Every relative link of the README resolves to a file of the checkout (anchors are the site's business).
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme)
+    assert links, "the README links its guides"
+    assert [link for link in links if not (REPO / link).exists()] == []
+    guides = {Path(link).stem for link in links if link.startswith("docs/docsite/rst/")}
+    assert guides == {p.stem for p in (DOCSITE / "rst").glob("*.rst")}, "the README lists every guide"
+
+
+def test_every_guide_is_listed_once_and_carries_its_label():
+    listed = [name for section in _yaml("docs/docsite/extra-docs.yml")["sections"] for name in section["toctree"]]
+    assert len(listed) == len(set(listed))
+    files = {p.stem: p.read_text() for p in (DOCSITE / "rst").glob("*.rst")}
+    assert set(listed) == set(files), "a guide that extra-docs.yml does not list is built nowhere"
+    for name, text in files.items():
+        assert text.startswith(LABEL % name + "\n"), name
