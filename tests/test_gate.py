@@ -45,10 +45,12 @@ def test_not_ready_is_reported_not_failed(tmp_path, run_double, real_059):
     """The role's `until` retries a not-ready answer; a server that never gets healthy ends there."""
     double = remediated_double(tmp_path, run_double, real_059, SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")
     double.wait_listening()
-    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % double.port, wait=1, delay=0.2,
+    # The wait leaves room for polls slowed by a busy machine (CI's two cores ran one poll in over a
+    # second); what this proves is the retry, so two polls are enough.
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % double.port, wait=4, delay=0.2,
                                               prompts=PROMPTS))
     assert rc == 0, res
-    assert res["ready"] is False and res["status"] == 503 and res["polls"] >= 3
+    assert res["ready"] is False and res["status"] == 503 and res["polls"] >= 2
     assert "not healthy after" in res["msg"] and "info" not in res and "live" not in res
 
 
