@@ -22,7 +22,7 @@ RULES_TEST = REPO / "examples" / "prometheus" / "alerts_test.yml"
 def test_promtool_check_rules(promtool):
     proc = promtool("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 5 rules found" in proc.stdout
+    assert "SUCCESS: 6 rules found" in proc.stdout
 
 
 def test_promtool_test_rules(promtool):
