@@ -59,11 +59,33 @@ INOTIFY_WANTED = 1024
 # stops the 23rd container.  Raise the limit before that point.
 INOTIFY_PER_CONTAINER = 6
 DOCKERD_LOG = Path("/var/log/sglang-testbed-dockerd.log")
-# promtool (Debian's `prometheus` package) for the tests of the metrics textfile and the
-# alert rules. Only the binary is extracted into the project's cache: installing the
-# package would also enable and start a Prometheus server on the test machine.
+# Debian's Prometheus packages: promtool for the tests of the metrics textfile and the alert
+# rules; the Prometheus server (run on the controller) and prometheus-node-exporter
+# (installed on the live scenario's host) for the alert chain end to end. Each .deb is
+# downloaded once into the project's cache and only the files needed are extracted:
+# installing `prometheus` here would also enable and start a Prometheus server on the test
+# machine.
+TOOLS_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "tools"
+DEBS_CACHE = TOOLS_CACHE / "debs"
 PROMTOOL_PACKAGE = "prometheus"
-PROMTOOL_CACHE = Path(__file__).resolve().parents[1] / ".cache" / "tools" / "promtool"
+PROMTOOL_CACHE = TOOLS_CACHE / "promtool"
+PROMETHEUS_PACKAGE = "prometheus"
+PROMETHEUS_CACHE = TOOLS_CACHE / "prometheus"
+# Debian builds the web UI as files that the server reads (--web.local-assets), not into
+# the binary: without them the UI's pages answer 500. Those files link to the JavaScript,
+# CSS and fonts of other packages (the package's Depends) under /usr/share; without them
+# the pages render unstyled and their scripts do not run. All are extracted into one tree
+# laid out as Debian installs them, where the links resolve.
+PROMETHEUS_ROOT = TOOLS_CACHE / "prometheus-root"
+PROMETHEUS_ASSETS_CACHE = PROMETHEUS_ROOT / "usr" / "share" / "prometheus" / "web"
+PROMETHEUS_UI_PACKAGES = (
+    "fonts-glyphicons-halflings", "libjs-bootstrap4", "libjs-d3", "libjs-eonasdan-bootstrap-datetimepicker",
+    "libjs-jquery", "libjs-jquery-hotkeys", "libjs-moment", "libjs-moment-timezone", "libjs-mustache",
+    "libjs-popper.js", "libjs-rickshaw",
+)
+# 212 MB of per-zone files that the UI never loads (it loads moment-timezone-with-data.min.js).
+PROMETHEUS_UI_EXCLUDE = ("./usr/share/javascript/moment-timezone/data",)
+NODE_EXPORTER_PACKAGE = "prometheus-node-exporter"
 ENGINE_WAIT_SECONDS = 60
 # The SSH fleet (`fleet-up --connection ssh`): what production looks like, an
 # unprivileged operator who logs in with a key and becomes root with sudo. The key
@@ -319,30 +341,117 @@ def find_promtool() -> Path | None:
     return PROMTOOL_CACHE if os.access(PROMTOOL_CACHE, os.X_OK) else None
 
 
+@contextlib.contextmanager
+def _tools_lock():
+    """One download or extraction into the tools cache at a time: pytest and the live
+    scenario may both ask for the same package at once."""
+    TOOLS_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(TOOLS_CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _cached_deb(package: str) -> Path | None:
+    found = sorted(DEBS_CACHE.glob(package + "_*.deb"))
+    return found[-1] if found else None
+
+
+def ensure_deb(package: str, runner: Runner = run) -> Path:
+    """Debian's .deb of ``package`` (this machine's release) in .cache/tools/debs, downloaded
+    once; idempotent. Call it under _tools_lock when another process may download too."""
+    found = _cached_deb(package)
+    if found:
+        return found
+    log(f"downloading Debian's {package} package into {DEBS_CACHE}")
+    DEBS_CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="testbed-deb-") as tmp:
+        # apt-get download writes as _apt when it can; a world-writable temp dir lets it.
+        os.chmod(tmp, 0o777)
+        if runner(["apt-get", "download", package], check=False, cwd=tmp).returncode != 0:
+            runner(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-qq"], capture=False)
+            runner(["apt-get", "download", package], cwd=tmp)
+        debs = sorted(Path(tmp).glob(package + "_*.deb"))
+        if not debs:
+            raise SystemExit(f"testbed: apt-get download {package} left no .deb")
+        # Copied under a temporary name, then renamed: a reader never sees half a .deb.
+        partial = DEBS_CACHE / (debs[0].name + ".partial")
+        shutil.copyfile(debs[0], partial)
+        os.replace(partial, DEBS_CACHE / debs[0].name)
+    return DEBS_CACHE / debs[0].name
+
+
+def extract_from_deb(deb: Path, member: str, dest: Path, runner: Runner = run) -> Path:
+    """One file or directory of ``deb`` (``member`` as the package lists it, e.g.
+    ./usr/bin/promtool) at ``dest``, which must not exist yet."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".extract-", dir=dest.parent) as tmp:
+        data = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+        runner(["tar", "-x", "-C", tmp, member], stdin=data.stdout)
+        data.stdout.close()
+        if data.wait() != 0:
+            raise SystemExit(f"testbed: dpkg-deb could not read {deb.name}")
+        # Same directory, so the rename is atomic: a reader finds the whole file or none.
+        os.replace(Path(tmp) / member, dest)
+    return dest
+
+
+def extract_share_tree(debs: Sequence[Path], dest: Path, exclude: Sequence[str] = (),
+                       runner: Runner = run) -> Path:
+    """The /usr/share of each of ``debs`` (less docs, manuals and ``exclude``) merged into one
+    tree at ``dest``/usr/share, as Debian would install them; ``dest`` must not exist. Refuses
+    a tree with a link that resolves to nothing: a package is missing from ``debs``."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".extract-", dir=dest.parent, ignore_cleanup_errors=True) as tmp:
+        for deb in debs:
+            data = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+            skip = ["--exclude=" + path
+                    for path in ("./usr/share/doc", "./usr/share/man", "./usr/share/lintian", *exclude)]
+            runner(["tar", "-x", "-C", tmp, *skip, "./usr/share"], stdin=data.stdout)
+            data.stdout.close()
+            if data.wait() != 0:
+                raise SystemExit(f"testbed: dpkg-deb could not read {deb.name}")
+        dangling = sorted(str(p.relative_to(tmp)) for p in Path(tmp).rglob("*") if p.is_symlink() and not p.exists())
+        if dangling:
+            raise SystemExit(f"testbed: links to files no package of {[d.name for d in debs]} ships: {dangling}")
+        # Same directory, so the rename is atomic: a reader finds the whole tree or none.
+        os.replace(tmp, dest)
+    return dest
+
+
 def ensure_promtool(runner: Runner = run) -> Path:
     """Debian's promtool, extracted from the `prometheus` package once; idempotent."""
     found = find_promtool()
     if found:
         return found
-    log(f"extracting promtool from Debian's {PROMTOOL_PACKAGE} package into {PROMTOOL_CACHE.parent}")
-    PROMTOOL_CACHE.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="testbed-promtool-") as tmp:
-        # apt-get download writes as _apt when it can; a world-writable temp dir lets it.
-        os.chmod(tmp, 0o777)
-        if runner(["apt-get", "download", PROMTOOL_PACKAGE], check=False, cwd=tmp).returncode != 0:
-            runner(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "update", "-qq"], capture=False)
-            runner(["apt-get", "download", PROMTOOL_PACKAGE], cwd=tmp)
-        debs = sorted(Path(tmp).glob(PROMTOOL_PACKAGE + "_*.deb"))
-        if not debs:
-            raise SystemExit(f"testbed: apt-get download {PROMTOOL_PACKAGE} left no .deb")
-        data = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(debs[0])], stdout=subprocess.PIPE)
-        runner(["tar", "-x", "-C", tmp, "./usr/bin/promtool"], stdin=data.stdout)
-        data.stdout.close()
-        if data.wait() != 0:
-            raise SystemExit(f"testbed: dpkg-deb could not read {debs[0].name}")
-        shutil.move(str(Path(tmp) / "usr" / "bin" / "promtool"), str(PROMTOOL_CACHE))
+    with _tools_lock():
+        if not os.access(PROMTOOL_CACHE, os.X_OK):
+            log(f"extracting promtool from Debian's {PROMTOOL_PACKAGE} package into {TOOLS_CACHE}")
+            extract_from_deb(ensure_deb(PROMTOOL_PACKAGE, runner), "./usr/bin/promtool", PROMTOOL_CACHE, runner)
     PROMTOOL_CACHE.chmod(0o755)
     return PROMTOOL_CACHE
+
+
+def ensure_prometheus(runner: Runner = run) -> tuple[Path, Path]:
+    """Debian's Prometheus server and the web UI files it serves (pass the second as
+    --web.local-assets), extracted from the `prometheus` package and the UI's libraries
+    once; idempotent. Never installed: the package would start a server on this machine."""
+    with _tools_lock():
+        if not os.access(PROMETHEUS_CACHE, os.X_OK) or not PROMETHEUS_ASSETS_CACHE.is_dir():
+            log(f"extracting prometheus from Debian's {PROMETHEUS_PACKAGE} package into {TOOLS_CACHE}")
+            deb = ensure_deb(PROMETHEUS_PACKAGE, runner)
+            if not PROMETHEUS_ASSETS_CACHE.is_dir():
+                libraries = [ensure_deb(package, runner) for package in PROMETHEUS_UI_PACKAGES]
+                extract_share_tree([deb, *libraries], PROMETHEUS_ROOT, PROMETHEUS_UI_EXCLUDE, runner)
+            if not os.access(PROMETHEUS_CACHE, os.X_OK):
+                extract_from_deb(deb, "./usr/bin/prometheus", PROMETHEUS_CACHE, runner)
+    return PROMETHEUS_CACHE, PROMETHEUS_ASSETS_CACHE
+
+
+def ensure_node_exporter_deb(runner: Runner = run) -> Path:
+    """Debian's prometheus-node-exporter .deb, for a test host to install (dpkg -i: it
+    depends only on adduser and libc6, both in the base images); idempotent."""
+    with _tools_lock():
+        return ensure_deb(NODE_EXPORTER_PACKAGE, runner)
 
 
 # --------------------------------------------------------------------------- fleet
@@ -640,6 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           help="size inotify limits for this many containers")
     sub.add_parser("status", help="print what is observed")
     sub.add_parser("promtool", help="extract Debian's promtool (package prometheus) if missing; print its path")
+    sub.add_parser("prometheus", help="fetch Debian's prometheus (server, web UI files) and prometheus-node-exporter"
+                   " (.deb) if missing; print their paths")
     p_up = sub.add_parser("fleet-up", help="start N systemd containers and write an inventory")
     p_up.add_argument("--prefix", default="sglang-demo")
     p_up.add_argument("--count", type=int, default=3)
@@ -671,8 +782,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.cmd == "ensure":
         ensure(args.suite or SUITES, args.containers)
         ensure_promtool()
+        ensure_prometheus()
+        ensure_node_exporter_deb()
     elif args.cmd == "promtool":
         print(ensure_promtool())
+    elif args.cmd == "prometheus":
+        print(*ensure_prometheus(), ensure_node_exporter_deb(), sep="\n")
     elif args.cmd == "status":
         print(dataclasses.asdict(observe()))
     elif args.cmd == "fleet-up":

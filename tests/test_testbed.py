@@ -5,6 +5,9 @@ recorders, so nothing is installed, started or built by these tests.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -144,3 +147,47 @@ def test_only_the_loopback_port_is_used():
     assert testbed.published_ssh_port("f-1", runner) == 32801
     with pytest.raises(SystemExit, match="127.0.0.1::22"):
         testbed.published_ssh_port("f-1", lambda cmd, **kw: testbed.subprocess.CompletedProcess(cmd, 0, "", ""))
+
+
+def tiny_deb(tmp_path: Path, name: str, files: dict[str, str], links: dict[str, str]) -> Path:
+    """A .deb of ``name`` shipping ``files`` (path -> text) and ``links`` (path -> target)."""
+    root = tmp_path / ("pkg-" + name)
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: 1\nArchitecture: all\nMaintainer: t <t@example.invalid>\nDescription: t\n")
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for path, target in links.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).symlink_to(target)
+    deb = tmp_path / f"{name}_1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True,
+                   capture_output=True)
+    return deb
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (Debian)")
+def test_the_web_ui_tree_resolves_the_links_into_other_packages(tmp_path):
+    # As Debian's prometheus links its UI to libjs-jquery's files.
+    ui = tiny_deb(tmp_path, "ui", {"usr/share/ui/web/page.html": "<html>", "usr/share/doc/ui/README": "x"},
+                  {"usr/share/ui/web/jquery": os.path.join("..", "..", "javascript", "jquery")})
+    lib = tiny_deb(tmp_path, "libjs-jquery", {"usr/share/javascript/jquery/jquery.min.js": "$",
+                                               "usr/share/javascript/jquery/big/zones": "212 MB"}, {})
+    tree = testbed.extract_share_tree([ui, lib], tmp_path / "root", ["./usr/share/javascript/jquery/big"])
+    assert (tree / "usr/share/ui/web/jquery/jquery.min.js").read_text() == "$"
+    assert not (tree / "usr/share/doc").exists() and not (tree / "usr/share/javascript/jquery/big").exists()
+    # Without the library the link would resolve to nothing: refused, and no tree left behind.
+    with pytest.raises(SystemExit, match=r"usr/share/ui/web/jquery"):
+        testbed.extract_share_tree([ui], tmp_path / "half")
+    assert not (tmp_path / "half").exists() and [p.name for p in tmp_path.glob(".extract-*")] == []
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="needs dpkg-deb (Debian)")
+def test_a_file_that_is_no_deb_is_named(tmp_path):
+    bogus = tmp_path / "truncated_1_all.deb"
+    bogus.write_text("not an archive")
+    # tar is replaced by a runner that reads nothing, so that only dpkg-deb's own failure speaks.
+    with pytest.raises(SystemExit, match="could not read truncated_1_all.deb"):
+        testbed.extract_share_tree([bogus], tmp_path / "root",
+                                   runner=lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, "", ""))

@@ -1,9 +1,18 @@
 """Live speculative health: audits read the running server, the textfile tells Prometheus.
 
 The tests run in file order and build on each other (converged and idempotent host,
-healthy audit, degraded at run time, --check, runtime override). The textfile is read
-out of the container with testinfra and checked by the controller's promtool (Debian's,
-extracted by testbed/testbed.py).
+healthy audit, degraded at run time, the alert chain, --check, runtime override). The
+textfile is read out of the container with testinfra and checked by the controller's
+promtool (Debian's, extracted by testbed/testbed.py).
+
+The alert chain: node_exporter on the host (prepare.yml) serves the textfile on a port
+docker publishes on 127.0.0.1; a Prometheus on the controller (alert_chain.py) scrapes it
+with examples/prometheus/alerts.yml loaded, its durations and staleness threshold
+shortened (and checked to be the only changes). From its HTTP API: the series with their
+documented labels, the accept-length alert firing after the degraded audit and resolving
+after the host is put right and remediated, the staleness alert firing on a textfile no
+run rewrites. Seconds to each are kept in .cache/molecule-logs/live-artifacts/alert-chain.json,
+a picture of the firing alert in Prometheus's own UI in .cache/prometheus/shots/.
 """
 from __future__ import annotations
 
@@ -11,8 +20,15 @@ import json
 import re
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, Tuple
+
+import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
@@ -20,6 +36,10 @@ from scenario_helpers import PROJECT, Run, run_playbook, sha256, starts, _quote 
 
 sys.path.insert(0, str(PROJECT / "testbed"))
 import testbed  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import alert_chain  # noqa: E402
+from alert_chain import wait_until  # noqa: E402
 
 AUDIT = PROJECT / "playbooks" / "audit.yml"
 REMEDIATE = PROJECT / "playbooks" / "remediate.yml"
@@ -32,6 +52,25 @@ DROP_IN = "/run/systemd/system/sglang.service.d/override.conf"
 # What this scenario leaves for a reader (the pasted textfile and audit row).
 ARTIFACTS = PROJECT / ".cache" / "molecule-logs" / "live-artifacts"
 STATE: Dict[str, Any] = {}
+SHIPPED_RULES = PROJECT / "examples" / "prometheus" / "alerts.yml"
+GUIDE = PROJECT / "docs" / "docsite" / "rst" / "guide_live_metrics.rst"
+SHOT = PROJECT / ".cache" / "prometheus" / "shots" / "alert-firing.png"
+ACCEPT_ALERT = "SGLangLiveAcceptLengthLow"
+# Each series of the textfile and the labels the guide documents for it (Prometheus adds job
+# and instance).
+DOCUMENTED_LABELS = {
+    "sglang_remediation_accept_length_min": set(),
+    "sglang_remediation_compliant": set(),
+    "sglang_remediation_failure": {"class"},
+    "sglang_remediation_info": {"release", "decision", "family", "draft_ids", "mode"},
+    "sglang_remediation_last_run_timestamp_seconds": set(),
+    "sglang_remediation_last_success_timestamp_seconds": set(),
+    "sglang_remediation_live_accept_length": {"source"},
+    "sglang_remediation_live_info": {"version", "speculative_algorithm", "speculative_num_steps",
+                                     "speculative_eagle_topk", "speculative_num_draft_tokens"},
+    "sglang_remediation_live_read": set(),
+    "sglang_remediation_restarts_total": set(),
+}
 
 
 def run(playbook: Path, name: str, args=()) -> Tuple[Run, Dict[str, Any]]:
@@ -75,6 +114,58 @@ def double_state(host) -> Dict[str, Any]:
     return json.loads(out)["test_double"]
 
 
+def wait_healthy(host) -> None:
+    host.check_output("for i in $(seq 60); do python3 -c \"import urllib.request;urllib.request.urlopen("
+                      "'http://127.0.0.1:30000/health_generate', timeout=5)\" 2>/dev/null && exit 0; sleep 0.5;"
+                      " done; exit 1")
+
+
+def samples(text: str) -> Dict[Tuple[str, Tuple[Tuple[str, str], ...]], float]:
+    """A textfile's samples: (name, sorted labels) -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            name = series.split("{", 1)[0]
+            out[(name, tuple(sorted(re.findall(r'(\w+)="([^"]*)"', series))))] = float(value)
+    return out
+
+
+def epoch(rfc3339: str) -> float:
+    """Prometheus's timestamps (nanoseconds, Z) as seconds since the epoch."""
+    stamp, _, frac = rfc3339.rstrip("Z").partition(".")
+    whole = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+    return whole + float("0." + frac + "0")  # Prometheus leaves out a fraction of zero
+
+
+def record(key: str, seconds: float) -> None:
+    """One measured delay of the alert chain, kept for a reader (and the closing note)."""
+    path = ARTIFACTS / "alert-chain.json"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    found = json.loads(path.read_text()) if path.exists() else {}
+    found[key] = round(seconds, 1)
+    path.write_text(json.dumps(found, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture(scope="module")
+def prometheus(host):
+    """The controller's Prometheus, scraping this host's node_exporter through 127.0.0.1."""
+    name = host.backend.host
+    ports = subprocess.run(["docker", "port", name, "9100/tcp"], capture_output=True, text=True,
+                           timeout=30, check=True).stdout.split()
+    loopback = [p for p in ports if p.startswith("127.0.0.1:")]
+    assert loopback and len(loopback) == len(ports), (
+        "%s: node_exporter published as %r, not on 127.0.0.1 only" % (name, ports))
+    binary, assets = testbed.ensure_prometheus()
+    server = alert_chain.Prometheus(binary, assets, loopback[0], alert_chain.rules_for_test(
+        yaml.safe_load(SHIPPED_RULES.read_text())), ARTIFACTS / "prometheus.log")
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
 def test_textfile_after_remediate(host):
     s = textfile(host, "after-remediate")
     assert s["sglang_remediation_compliant"] == 1
@@ -102,12 +193,63 @@ def test_audit_of_a_healthy_host_reads_it_live(host):
     STATE["last_success"] = s["sglang_remediation_last_success_timestamp_seconds"]
 
 
+def test_the_test_rules_differ_from_the_shipped_ones_only_where_said():
+    shipped = yaml.safe_load(SHIPPED_RULES.read_text())
+    short = alert_chain.TEST_FOR
+    # Exactly these fields move; every expression, label and annotation else is the shipped one.
+    assert alert_chain.rule_changes(shipped, alert_chain.rules_for_test(shipped)) == [
+        ("SGLangHostNonCompliant", "for", "30m", short),
+        ("SGLangLiveSettingsDiffer", "for", "5m", short),
+        ("SGLangLiveAcceptLengthLow", "for", "15m", short),
+        ("SGLangNoSuccessfulRemediationRun", "for", "10m", short),
+        ("SGLangRemediationTextfileStale", "expr",
+         "time() - sglang_remediation_last_run_timestamp_seconds > 3600",
+         "time() - sglang_remediation_last_run_timestamp_seconds > %d" % alert_chain.TEST_STALE_AFTER_S),
+        ("SGLangRemediationTextfileStale", "for", "5m", short),
+        ("SGLangSpecAcceptLengthLow", "for", "15m", short),
+    ]
+
+
+def test_prometheus_scrapes_the_textfile_with_the_documented_labels(host, prometheus):
+    loaded = [r for g in prometheus.get("/api/v1/rules")["groups"] for r in g["rules"]]
+    assert len(loaded) == 6 and all(r["type"] == "alerting" and r["duration"] == 2 for r in loaded), loaded
+    text = host.file(TEXTFILE).content_string
+    want = samples(text)
+    last_run = want[("sglang_remediation_last_run_timestamp_seconds", ())]
+
+    def scraped():
+        got = prometheus.query('{__name__=~"sglang_remediation_.+"}')
+        if any(r["metric"]["__name__"] == "sglang_remediation_last_run_timestamp_seconds"
+               and float(r["value"][1]) == last_run for r in got):
+            return got
+        return None
+    got = wait_until(scraped, 30, "the healthy audit's textfile scraped by Prometheus from %s" % prometheus.target)
+    seen = {}
+    for r in got:
+        labels = dict(r["metric"])
+        name = labels.pop("__name__")
+        assert labels.pop("instance") == prometheus.target and labels.pop("job") == "node", r
+        seen[(name, tuple(sorted(labels.items())))] = float(r["value"][1])
+    # Every sample of the file, with its labels and value, and nothing else.
+    assert seen == want
+    assert {name: {k for k, _ in labels} for name, labels in seen} == DOCUMENTED_LABELS
+    guide = GUIDE.read_text()
+    for name, labels in DOCUMENTED_LABELS.items():
+        assert name in guide and all('%s="' % label in guide for label in labels), name
+    # node_exporter read the file (root's 0644, read by its own user) without an error.
+    assert [r["value"][1] for r in prometheus.query("node_textfile_scrape_error")] == ["0"]
+    assert prometheus.alerts(ACCEPT_ALERT) == []
+    STATE["series"] = sorted({name for name, _ in seen})
+    (ARTIFACTS / "prometheus-series.json").write_text(json.dumps(got, indent=2) + "\n")
+
+
 def test_a_host_degraded_at_run_time_is_live_noncompliant_while_its_files_are_compliant(host):
     before = {path: sha256(host, path) for path in ETC_FILES}
     state = double_state(host)
     assert state["degraded"] is False
     generate(host, state["degrade_after"] - state["requests"])
     result, row = run(AUDIT, "audit-degraded")
+    STATE["degraded_audit_end"] = time.time()
     assert result.rc != 0, result.tail()
     assert "is not compliant: live: accept length 1." in result.output, result.tail()
     assert row["status"] == "noncompliant" and row["compliant"] is False, row
@@ -123,19 +265,101 @@ def test_a_host_degraded_at_run_time_is_live_noncompliant_while_its_files_are_co
     # Kept from the healthy audit; the run itself is newer.
     assert s["sglang_remediation_last_success_timestamp_seconds"] == STATE["last_success"]
     assert s["sglang_remediation_last_run_timestamp_seconds"] > STATE["last_success"]
+    STATE["degraded_last_run"] = s["sglang_remediation_last_run_timestamp_seconds"]
     assert {path: sha256(host, path) for path in ETC_FILES} == before
     assert starts(host) == 1
     (ARTIFACTS / "audit-degraded-row.json").write_text(json.dumps(row, indent=2) + "\n")
 
 
+def test_the_accept_length_alert_fires_on_the_degraded_host(prometheus):
+    def firing():
+        return [a for a in prometheus.alerts(ACCEPT_ALERT) if a["state"] == "firing"]
+    alerts = wait_until(firing, 60, "%s firing for %s after the degraded audit" % (ACCEPT_ALERT, prometheus.target))
+    record("degraded_audit_end_to_firing_s", time.time() - STATE["degraded_audit_end"])
+    record("degraded_textfile_to_firing_s", time.time() - STATE["degraded_last_run"])
+    assert len(alerts) == 1, alerts
+    alert = alerts[0]
+    assert alert["labels"]["source"] == "probe" and alert["labels"]["severity"] == "critical", alert
+    assert float(alert["value"]) < 2.0
+    assert alert["annotations"]["summary"] == "%s: speculative decoding accepts %.2f tokens per step" % (
+        prometheus.target, float(alert["value"]))
+    # The page an on-call engineer opens: Debian's build serves Prometheus's classic UI, rendered
+    # by the server, each rule a row coloured by its state; a click on the row shows its alerts.
+    page = urllib.request.urlopen(prometheus.url + "/classic/alerts", timeout=10).read().decode()
+    assert re.search(r'alert-danger alert_header">\s*<td><i class="icon-chevron-down"></i> <b>%s</b> \(1 active\)'
+                     % ACCEPT_ALERT, page), page
+    opened = alert_chain.screenshot_after_click(
+        prometheus.url + "/classic/alerts", SHOT,
+        # jQuery and the page's own script loaded (the libraries Debian links in, see testbed.py).
+        ready="typeof $ === 'function' && $('tr.alert_header').length > 0",
+        click="(() => { const rows = [...document.querySelectorAll('tr.alert_header')]"
+              ".filter(r => r.querySelector('b').textContent === %s); rows.forEach(r => r.click());"
+              " document.querySelector('div.show-annotations').click();"
+              " return rows.length === 1 && getComputedStyle(rows[0].nextElementSibling).display !== 'none'"
+              " && rows[0].nextElementSibling.textContent.includes('firing'); })()" % json.dumps(ACCEPT_ALERT))
+    assert opened.stat().st_size > 10000
+
+
+def test_the_alert_resolves_once_the_host_is_put_right_and_remediated(host, prometheus):
+    # What a person does about a swapped draft: put it back and restart the server. The test
+    # double's degradation lives in its process, so the restart alone puts it right; the next
+    # remediate run then finds the host compliant and rewrites the textfile.
+    assert [a["state"] for a in prometheus.alerts(ACCEPT_ALERT)] == ["firing"]
+    resolved: Dict[str, Any] = {}
+
+    def watch() -> None:
+        # Watched from before the restart: the run's probe rewrites the textfile seconds before
+        # the run ends, and the alert may be gone by then. (A timeout here leaves "at" unset.)
+        resolved["at"] = wait_until(lambda: prometheus.alerts(ACCEPT_ALERT) == [] and time.time(), 120,
+                                    "%s resolved for %s" % (ACCEPT_ALERT, prometheus.target))
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    host.check_output("systemctl restart sglang")
+    wait_healthy(host)
+    result, row = run(REMEDIATE, "remediate-restored")
+    assert result.rc == 0 and row["compliant"] is True, result.tail()
+    assert 3.2 <= row["live_accept_length"] <= 3.7, row
+    watcher.join(timeout=130)
+    assert "at" in resolved, resolved
+    last_run = textfile(host, "after-remediate-restored")["sglang_remediation_last_run_timestamp_seconds"]
+    # Resolved by the run's textfile, not before it: the restart alone moves no series.
+    assert resolved["at"] > last_run, (resolved, last_run)
+    record("remediation_textfile_to_resolved_s", resolved["at"] - last_run)
+    assert [r["value"][1] for r in prometheus.query("sglang_remediation_compliant")] == ["1"]
+
+
+def test_a_textfile_no_run_rewrites_fires_the_staleness_alert(host, prometheus):
+    last_run = textfile(host, "before-stale")["sglang_remediation_last_run_timestamp_seconds"]
+
+    def firing_since_last_run():
+        return [a for a in prometheus.alerts("SGLangRemediationTextfileStale")
+                if a["state"] == "firing" and epoch(a["activeAt"]) > last_run]
+    alerts = wait_until(firing_since_last_run, alert_chain.TEST_STALE_AFTER_S + 60,
+                        "SGLangRemediationTextfileStale firing for %s" % prometheus.target)
+    record("last_run_to_stale_firing_s", time.time() - last_run)
+    # Pending only once the file was older than the threshold, firing after its `for`.
+    assert epoch(alerts[0]["activeAt"]) > last_run + alert_chain.TEST_STALE_AFTER_S, (alerts, last_run)
+    assert float(alerts[0]["value"]) > alert_chain.TEST_STALE_AFTER_S
+    assert alerts[0]["labels"]["severity"] == "warning"
+
+
+def test_prometheus_stops_and_leaves_nothing_behind(prometheus):
+    data = Path(prometheus.tmp.name)
+    prometheus.stop()
+    assert prometheus.proc.returncode is not None and not data.exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(prometheus.url + "/-/ready", timeout=5)
+
+
 def test_check_mode_writes_no_textfile(host):
     host.check_output("rm -f %s" % TEXTFILE)
     state_before = host.file(METRICS_STATE).mtime
+    starts_before = starts(host)
     result, _ = run(REMEDIATE, "check", args=["--check"])
     assert result.rc == 0, result.tail()
     assert not host.file(TEXTFILE).exists
     assert host.file(METRICS_STATE).mtime == state_before
-    assert host.file(TEXTFILE).exists is False and starts(host) == 1
+    assert host.file(TEXTFILE).exists is False and starts(host) == starts_before
 
 
 def test_a_runtime_override_with_other_flags_is_found_live(host):
@@ -148,9 +372,7 @@ def test_a_runtime_override_with_other_flags_is_found_live(host):
     host.check_output("mkdir -p %s && printf '%%s\\n' %s %s > %s" % (
         str(Path(DROP_IN).parent), _quote("[Service]\nExecStart="), _quote(override), DROP_IN))
     host.check_output("systemctl daemon-reload && systemctl restart sglang")
-    host.check_output("for i in $(seq 60); do python3 -c \"import urllib.request;urllib.request.urlopen("
-                      "'http://127.0.0.1:30000/health_generate', timeout=5)\" 2>/dev/null && exit 0; sleep 0.5;"
-                      " done; exit 1")
+    wait_healthy(host)
     result, row = run(AUDIT, "audit-override")
     assert result.rc != 0, result.tail()
     assert ("live: the server runs speculative_num_steps 3 (rendered 15), speculative_num_draft_tokens 4"
