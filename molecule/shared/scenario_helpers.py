@@ -188,11 +188,21 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.5) -> None:
-    """Poll ``predicate`` every ``interval`` seconds until it holds; fail naming ``what`` after ``timeout``."""
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.5) -> Any:
+    """Poll ``predicate`` every ``interval`` seconds and return its first truthy result; an
+    OSError or ValueError counts as not yet (a server not up, or answering 503 while it
+    starts). After ``timeout`` seconds, fail naming ``what`` and the last value or error seen."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
+    last: Any = None
+    while True:
+        try:
+            result = predicate()
+        except (OSError, ValueError) as exc:
+            result, last = None, exc
+        else:
+            last = result
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError("%s: not within %ss; last seen: %r" % (what, timeout, last))
         time.sleep(interval)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))

@@ -12,21 +12,30 @@ from __future__ import annotations
 import base64
 import copy
 import fcntl
+import functools
 import json
 import os
 import select
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
 import browser
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+import scenario_helpers  # noqa: E402
+
+# The scenarios' bounded poll, five times a second: Prometheus evaluates every second, and the
+# test records how long an alert took to fire.
+wait_until = functools.partial(scenario_helpers.wait_until, interval=0.2)
 
 # Every `for:` of the shipped rules (5 minutes to half an hour) becomes this: long enough
 # that an alert is seen pending before it fires (two evaluations at 1 s), short enough
@@ -38,7 +47,6 @@ SHIPPED_STALE_THRESHOLD = "> 3600"
 # after a run, far shorter than the shipped hour.
 TEST_STALE_AFTER_S = 10
 INTERVAL = "1s"
-T = TypeVar("T")
 
 
 def rules_for_test(shipped: Dict[str, Any]) -> Dict[str, Any]:
@@ -75,25 +83,6 @@ def free_loopback_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_until(probe: Callable[[], Optional[T]], timeout: float, what: str, interval: float = 0.2) -> T:
-    """probe()'s first truthy result; AssertionError naming ``what`` and the last value seen
-    (or the last error) once ``timeout`` seconds have passed."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            result = probe()
-        except (OSError, ValueError) as exc:  # not up yet, or answering 503 while it starts
-            result, last = None, exc
-        else:
-            last = result
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError("%s: not within %ss; last seen: %r" % (what, timeout, last))
-        time.sleep(interval)
 
 
 class Prometheus:
