@@ -122,3 +122,36 @@ def test_soak_settings_are_refused_naming_the_variable(seconds, action, bad):
 ])
 def test_a_soak_read_is_passed_only_when_healthy_and_without_failures(res, verdict):
     assert r.soak_verdict(res) == verdict
+
+
+# --- sglang_rollout_stage: a rollout over several jobs (a canary job, then AWX's sliced job) ---------------
+
+
+def test_the_canary_stage_plans_the_canaries_only_and_hands_the_rest_on():
+    values = {h: ("a" if i < 10 else "b") for i, h in enumerate(HOSTS)}
+    doc = r.plan(HOSTS, 20, canary_values=values, stage="canaries")
+    assert doc["order"] == doc["canaries"] == ["gpu-01", "gpu-11"] and doc["serial"] == [2]
+    assert doc["next_stage"] == [h for h in HOSTS if h not in ("gpu-01", "gpu-11")] and doc["errors"] == []
+
+
+def test_after_the_canaries_a_job_has_no_canary_of_its_own():
+    # The rollout play re-plans from the groups the probe pass filled: no canary there either.
+    for canaries in (None, ["gpu-03"]):
+        doc = r.plan(HOSTS[:6], 20, stage="after_canaries", canaries=canaries)
+        assert doc["canaries"] == [] and doc["order"] == HOSTS[:6] and doc["serial"] == [2]
+        assert doc["next_stage"] == []
+
+
+def test_all_is_both_stages_as_before():
+    assert r.plan(HOSTS[:6], 20, stage="all") == dict(r.plan(HOSTS[:6], 20), stage="all")
+    assert r.plan(HOSTS[:6], 20)["stage"] == "all"
+
+
+@pytest.mark.parametrize("value", ["canary", "ALL", "", 1, ["canaries"]])
+def test_a_bad_stage_is_refused_naming_it(value):
+    errors = rollout_plan(HOSTS[:3], HOSTS, stage=value)["errors"]
+    if value == "":
+        assert errors == []  # unset, as an empty extra var reads
+    else:
+        assert len(errors) == 1 and errors[0].startswith("sglang_rollout_stage=%r" % (value,))
+        assert "after_canaries" in errors[0]

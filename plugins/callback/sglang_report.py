@@ -29,6 +29,11 @@ description:
   - The fact C(sglang_soak) (tasks/soak.yml, after a rollout step) is the soak's verdict. The run gets one entry in
     C(run.soaks) per step (batch, seconds, passed, action, verdict per host) and each host re-read gets its step's
     verdict in its row's C(soak); a host that failed it gets the status C(failed).
+  - A run of the canary stage only (C(sglang_rollout_stage=canaries)) leaves the other hosts that need work for the
+    next job; they get the status C(next stage), which needs no attention.
+  - The run records the extra variable C(sglang_rollout_id) (else AWX's C(awx_workflow_job_id), which the slices
+    of one sliced job share) as C(run.rollout_id), and C(awx_job_id) as C(run.job_id);
+    C(playbooks/report_merge.yml) joins the reports of one rollout's jobs by it.
   - Hosts the playbooks leave out because they are known to be out (the group C(sglang_maintenance), the extra
     variable C(sglang_skip_hosts)) get the status C(skipped (maintenance)); they need no attention.
   - The run's mode (C(remediate), C(audit) or C(rollback), the vocabulary of C(plugins/module_utils/_runmode.py)) is
@@ -43,7 +48,8 @@ description:
     C(unreachable) with the connection's message, distinct from C(failed), and is listed under "Needs attention".
   - The report's C(run.id) is the run id the per-host lease (M(fleetops.sglang.sglang_lease)) names its holder by;
     both are C(<UTC start>-<pid>) of the C(ansible-playbook) process, computed on each side from that process
-    (nothing passes between them). The run's folder under C(runs/) is C(<UTC start>-<playbook>-<pid>).
+    (nothing passes between them). The run's folder under C(runs/) is C(<UTC start>-<playbook>-<pid>), and
+    C(<UTC start>-<playbook>@job<id>-<pid>) for an AWX job (C(awx_job_id)).
 author:
   - SGLang remediation maintainers (@fleetops)
 options:
@@ -51,6 +57,8 @@ options:
     description:
       - Directory that receives C(latest/) and C(runs/). Relative paths are taken from
         the directory of the ansible.cfg in use (the project root), else the working directory.
+      - Under ansible-runner (AWX's jobs), when neither C(SGLANG_REPORT_DIR) nor another value is set, the report
+        goes into the job's artifacts, C(<artifacts>/<ident>/sglang/), beside the job's events.
     type: str
     default: reports
     env:
@@ -107,6 +115,7 @@ from ansible.plugins.callback import CallbackBase
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import process_started, run_id_of
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import is_live, texts
+from ansible_collections.fleetops.sglang.plugins.module_utils._rollout import STAGE_ALL, STAGES
 from ansible_collections.fleetops.sglang.plugins.module_utils._rows import MAINTENANCE_GROUP, skip_host_names
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
 
@@ -117,8 +126,12 @@ ATTENTION = ("failed", "unreachable", "aborted", "not reached")
 # A host known to be out (group sglang_maintenance, or -e sglang_skip_hosts): the playbooks' host
 # patterns leave it out, it counts against no limit, and its row says so.
 SKIPPED = "skipped (maintenance)"
+# A host that needs work, left by a canary stage's run (sglang_rollout_stage=canaries) for the job after
+# it: the playbook hands them to this group (tasks/rollout_plan.yml).
+NEXT_STAGE = "next stage"
+NEXT_STAGE_GROUP = "sglang_next_stage"
 STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok",
-                            SKIPPED)
+                            NEXT_STAGE, SKIPPED)
 
 
 def plain(value: Any) -> Any:
@@ -151,6 +164,18 @@ def play_mode(play: Any) -> str:
     return run_mode(as_bool(values.get("sglang_audit", False)), as_bool(values.get("_sglang_rollback_run", False)))
 
 
+def rollout_ids(play: Any) -> Tuple[Any, Any, str]:
+    """(rollout id, job id, stage) from the extra variables: sglang_rollout_id, else AWX's awx_workflow_job_id
+    (the slices of a sliced job are the jobs of one workflow job); awx_job_id; sglang_rollout_stage."""
+    extra = getattr(getattr(play, "_variable_manager", None), "extra_vars", None) or {}
+    rollout = extra.get("sglang_rollout_id")
+    if rollout in (None, ""):
+        rollout = extra.get("awx_workflow_job_id")
+    job = extra.get("awx_job_id")
+    stage = str(extra.get("sglang_rollout_stage") or STAGE_ALL)
+    return (None if rollout in (None, "") else str(rollout)), (None if job in (None, "") else str(job)), stage
+
+
 # How a play takes part in the report: the play variable sglang_fleet_report.
 FLEET_REPORT_VAR = "sglang_fleet_report"
 BATCH = "batch"
@@ -169,7 +194,10 @@ def fleet_part(play: Any) -> Optional[str]:
     return BATCH if "sglang" in roles else None
 
 
-# A run folder's name: <UTC start>-<playbook>-<pid> (_setup_dirs).
+# The report directory's default, and the variable ansible-runner gives the playbook: its artifacts directory.
+DEFAULT_REPORT_DIR = "reports"
+RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
+# A run folder's name: <UTC start>-<playbook>[@job<AWX job id>]-<pid> (_setup_dirs).
 RUN_DIR = re.compile(r"^\d{8}T\d{6}Z-[^/]+-\d+$")
 
 
@@ -292,6 +320,20 @@ def status_summary(rows: List[Dict[str, Any]], running: bool) -> List[str]:
     return lines
 
 
+def run_result(statuses: Any) -> str:
+    """The run's result from its rows' statuses: the worst outcome first."""
+    statuses = set(statuses)
+    if statuses & {"not reached", "aborted"}:
+        return "aborted"
+    if statuses & set(ATTENTION):
+        return "failed"
+    if "noncompliant" in statuses:
+        return "noncompliant"
+    if "would change" in statuses:
+        return "would change"
+    return "complete"
+
+
 def render_markdown(doc: Dict[str, Any]) -> str:
     """The human report: run line, counts, failures first, then one row per host."""
     run = doc["run"]
@@ -309,6 +351,10 @@ def render_markdown(doc: Dict[str, Any]) -> str:
         lines.append("- soak after batch %s (%s s, %d hosts re-read): %s%s" % (
             soak["batch"], soak["seconds"], len(soak["hosts"]), "passed" if soak["passed"] else "FAILED",
             ", %s" % soak["action"] if soak["action"] else "") + (" (failed: %s)" % ", ".join(failed) if failed else ""))
+    for part in run.get("parts") or []:
+        lines.append("- part %s: %s, job %s, run %s, stage %s, %d hosts: **%s**%s" % (
+            part["part"], part["path"], part.get("job_id") or "-", part["run_id"], part["stage"], part["hosts"],
+            part["result"], " (needs attention: %s)" % ", ".join(part["attention"]) if part["attention"] else ""))
     lines.append("")
     running = run["result"] == "running"
     lines += status_summary(rows, running)
@@ -367,14 +413,129 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             if running_flags else "-"
         # The live findings (by their code) stand in the error column of a host that did not fail.
         error = r.get("error") or "; ".join(texts(d for d in r.get("drift") or [] if is_live(d)))
+        # A merged report's batches are each job's own: "<part>.<batch>".
+        batch = r["batch"] if "part" not in r else "%s.%s" % (r["part"], r["batch"] or "-")
         lines.append("| %s |" % " | ".join(cell(v) for v in (
-            r["host"], r["batch"], status, r["release"], decision,
+            r["host"], batch, status, r["release"], decision,
             ", ".join(str(e) for e in r.get("evidence") or []), r.get("forward"),
             "%s -> %s" % (short(r.get("sha256_before", "")), short(r.get("sha256_after", ""))),
             r.get("draft_layer_ids"), flag_text, restart, r.get("health"), r.get("accept_length"),
             r.get("tokens_per_s"), live, running_text, error)))
     lines.append("")
     return "\n".join(lines)
+
+
+# A row that did nothing to its host: in a merge, an earlier stage's row that did something wins over it.
+IDLE = ("ok", NEXT_STAGE, "not reached", SKIPPED)
+
+
+def merge_reports(parts: List[Tuple[str, Any]], expect_hosts: Any = None,
+                  rollout_id: Any = None) -> Tuple[Dict[str, Any], List[str]]:
+    """One fleet report from the reports of one rollout's jobs (a canary job, the slices of a sliced job):
+    (document, errors). Refused (errors, each naming the file) when a part is no fleet report, when the parts
+    are of different rollouts, modes or check modes, or when a host is in two jobs of the same stage. A host
+    in the canary stage and in a later one keeps the later row, unless that row did nothing and the earlier
+    did. A host of ``expect_hosts`` in no part is ``not reached``; a part's hosts keep their own status.
+    Given ``rollout_id``, the reports of other rollouts are left out (a glob over a shared report directory
+    matches every run's), and it is an error that none is of that rollout."""
+    errors: List[str] = []
+    docs = []
+    for path, doc in parts:
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("run"), Mapping) or not isinstance(
+                doc.get("hosts"), list):
+            errors.append("%s is not a fleet report of fleetops.sglang.sglang_report (no run and hosts)" % path)
+        else:
+            docs.append((path, doc))
+    if not parts:
+        errors.append("no report to merge; give sglang_report_merge_sources: the fleet.json of each job")
+    if errors:
+        return {}, errors
+    if rollout_id not in (None, ""):
+        docs = [(path, doc) for path, doc in docs if str(doc["run"].get("rollout_id")) == str(rollout_id)]
+        if not docs:
+            return {}, ["none of the %d reports is of the rollout sglang_rollout_id=%s (%s); give the reports of "
+                        "that rollout's jobs, or leave sglang_rollout_id unset to merge the reports given"
+                        % (len(parts), rollout_id, ", ".join(part[0] for part in parts))]
+
+    def differ(key: str, what: str, fix: str) -> None:
+        values = {}
+        for path, doc in docs:
+            values.setdefault(str(doc["run"].get(key)), []).append(path)
+        if len(values) > 1:
+            errors.append("the reports are of different %s (%s); %s" % (
+                what, "; ".join("%s=%s: %s" % (key, v, ", ".join(p)) for v, p in sorted(values.items())), fix))
+    differ("rollout_id", "rollouts", "merge only the jobs of one rollout (the slices of one sliced job share "
+           "AWX's awx_workflow_job_id; else give each job the same -e sglang_rollout_id)")
+    if not errors and all(doc["run"].get("rollout_id") in (None, "") for doc in dict(docs).values()) and len(docs) > 1:
+        errors.append("no report names its rollout (%s), so nothing shows they are one run; run the jobs with the "
+                      "same -e sglang_rollout_id (AWX's sliced jobs share awx_workflow_job_id)"
+                      % ", ".join(dict(docs)))
+    differ("mode", "modes", "merge an audit's reports with an audit's, a remediation's with a remediation's")
+    differ("check_mode", "check modes", "merge a --check run's reports only with --check runs'")
+    rank = {s: i for i, s in enumerate(STAGES)}
+    seen: Dict[str, Tuple[str, str]] = {}
+    for path, doc in docs:
+        stage = str(doc["run"].get("stage") or STAGE_ALL)
+        for row in doc["hosts"]:
+            host = str(row.get("host"))
+            if host in seen and seen[host][1] == stage:
+                errors.append("%s is in two jobs of the stage %s: %s and %s; each host belongs to one slice (AWX "
+                              "slices the inventory by host name: hosts[n-1::count]), so these are not slices of "
+                              "one job" % (host, stage, seen[host][0], path))
+            seen.setdefault(host, (path, stage))
+    if errors:
+        return {}, errors
+
+    rows: Dict[str, Dict[str, Any]] = {}
+    runs = []
+    # The canary stage first, then the jobs after it; in the order given within a stage (a stable sort).
+    ordered = sorted(docs, key=lambda part: rank.get(str(part[1]["run"].get("stage") or STAGE_ALL), 0))
+    for number, (path, doc) in enumerate(ordered, 1):
+        run = doc["run"]
+        cut_short = run.get("result") in ("running", "interrupted")
+        for row in doc["hosts"]:
+            row = dict(row)
+            row["part"] = number
+            if cut_short and row.get("status") == "running":
+                row["status"] = "aborted"
+                row["error"] = row.get("error") or "its job ended before this host finished (result %s)" % run["result"]
+            earlier = rows.get(row["host"])
+            if earlier is not None and row["status"] in IDLE and earlier["status"] not in IDLE:
+                continue
+            rows[row["host"]] = row
+        attention = [r["host"] for r in doc["hosts"] if r.get("status") in ATTENTION]
+        runs.append({"part": number, "path": path, "run_id": run.get("id"), "job_id": run.get("job_id"),
+                     "stage": str(run.get("stage") or STAGE_ALL), "result": run.get("result"),
+                     "started": run.get("started"), "updated": run.get("updated"), "hosts": len(doc["hosts"]),
+                     "attention": attention})
+    for host in expect_hosts or []:
+        if str(host) not in rows:
+            row = new_row(str(host))
+            row["error"] = "in no job's report: its slice did not run, or its report was not given"
+            rows[str(host)] = row
+    merged = list(rows.values())
+    first = docs[0][1]["run"]
+    status_counts = {s: sum(1 for r in merged if r["status"] == s) for s in STATUS_ORDER}
+    decision_counts: Dict[str, int] = {}
+    for r in merged:
+        key = r.get("decision") or ("(%s)" % r["status"])
+        decision_counts[key] = decision_counts.get(key, 0) + 1
+    soaks = [dict(soak, part=run["part"]) for run, (path, doc) in zip(runs, ordered)
+             for soak in doc["run"].get("soaks") or []]
+    doc = {
+        "run": {
+            "playbook": first.get("playbook"), "mode": first.get("mode"), "check_mode": first.get("check_mode"),
+            "id": "merged-%s" % (first.get("rollout_id") or first.get("id")), "rollout_id": first.get("rollout_id"),
+            "result": run_result(r["status"] for r in merged),
+            "started": min(str(r["started"]) for r in runs),
+            "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "batches": sum(int(d["run"].get("batches") or 0) for d in dict(docs).values()), "soaks": soaks,
+            "stage": "merged", "parts": runs, "left_out": len(parts) - len(docs),
+        },
+        "counts": {"status": {k: v for k, v in status_counts.items() if v}, "decision": decision_counts},
+        "hosts": merged,
+    }
+    return doc, []
 
 
 class CallbackModule(CallbackBase):
@@ -402,16 +563,28 @@ class CallbackModule(CallbackBase):
         self.check_mode = bool((context.CLIARGS or {}).get("check", False))
         self.in_fleet_play = False
         self.active = False
+        self.inventory: Any = None
+        self.rollout_id: Any = None
+        self.job_id: Any = None
+        self.stage = STAGE_ALL
         atexit.register(self._at_exit)
 
     # --- where the files go ------------------------------------------------------
     def _setup_dirs(self) -> None:
         report_dir = os.path.expanduser(str(self.get_option("report_dir")))
+        runner_dir = os.environ.get(RUNNER_ARTIFACTS_ENV)
+        if report_dir == DEFAULT_REPORT_DIR and runner_dir and not os.environ.get("SGLANG_REPORT_DIR"):
+            # Under ansible-runner (AWX's jobs, or ansible-runner by hand), beside the job's events.
+            report_dir = os.path.join(runner_dir, "sglang")
         if not os.path.isabs(report_dir):
             root = os.path.dirname(C.CONFIG_FILE) if C.CONFIG_FILE else os.getcwd()
             report_dir = os.path.join(root, report_dir)
         stamp, pid = self.run_id.rsplit("-", 1)
         name = os.path.splitext(os.path.basename(self.playbook))[0] or "run"
+        if self.job_id:
+            # AWX's slices start together in containers whose PIDs may be equal: the job's id keeps their
+            # folders apart in a report directory they share.
+            name = "%s@job%s" % (name, re.sub(r"[^A-Za-z0-9_.-]", "_", self.job_id))
         self.base_dir = report_dir
         # <the run id's start>-<playbook>-<the run id's pid>: the folder of the run a lease names.
         self.run_dir = os.path.join(report_dir, "runs", "%s-%s-%s" % (stamp, name, pid))
@@ -435,6 +608,7 @@ class CallbackModule(CallbackBase):
                 "id": self.run_id, "result": self.result, "started": self.started.isoformat(timespec="seconds"),
                 "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "batches": self.batches, "soaks": self.soaks, "pid": os.getpid(),
+                "rollout_id": self.rollout_id, "job_id": self.job_id, "stage": self.stage,
             },
             "counts": {"status": status_counts, "decision": decision_counts},
             "hosts": rows,
@@ -523,7 +697,12 @@ class CallbackModule(CallbackBase):
             return
         self.mode = play_mode(play)
         self.active = True
+        job_id = self.job_id
+        self.rollout_id, self.job_id, self.stage = rollout_ids(play)
+        if self.job_id != job_id:
+            self._setup_dirs()
         inventory = play._variable_manager._inventory
+        self.inventory = inventory
         pattern = play.hosts
         everyone = [h.get_name() for h in inventory.get_hosts(pattern, ignore_restrictions=True)]
         batch = [h.get_name() for h in inventory.get_hosts(pattern)]
@@ -592,26 +771,20 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats: Any) -> None:
         if not self.active:
             return
+        group = (getattr(self.inventory, "groups", None) or {}).get(NEXT_STAGE_GROUP)
+        next_stage = {h.get_name() for h in group.get_hosts()} if group is not None else set()
         for host, row in self.rows.items():
             summary = stats.summarize(host)
             row["stats"] = {k: int(v) for k, v in summary.items()}
-            if row["status"] == "running":
+            if row["status"] == "not reached" and host in next_stage:
+                row["status"] = NEXT_STAGE
+            elif row["status"] == "running":
                 # In a batch that any_errors_fatal or max_fail_percentage cut short.
                 row["status"] = "aborted"
                 row["error"] = row["error"] or "the run stopped before this host finished"
             elif row["status"] == "ok" and summary.get("changed", 0) and not self.check_mode and self.mode != AUDIT:
                 row["status"] = "changed"
-        statuses = {r["status"] for r in self.rows.values()}
-        if statuses & {"not reached", "aborted"}:
-            self.result = "aborted"
-        elif statuses & set(ATTENTION):
-            self.result = "failed"
-        elif "noncompliant" in statuses:
-            self.result = "noncompliant"
-        elif "would change" in statuses:
-            self.result = "would change"
-        else:
-            self.result = "complete"
+        self.result = run_result(r["status"] for r in self.rows.values())
         self.finished = True
         md = self._write() or ""
         self._prune()

@@ -10,6 +10,9 @@ controller, before any host is touched.
 """
 from __future__ import annotations
 
+import glob
+import json
+import os
 import re
 from typing import Any
 
@@ -113,7 +116,8 @@ def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
 
 def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = None, serial: Any = None,
                  canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
-                 soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None) -> dict[str, Any]:
+                 soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
+                 stage: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
     (plugins/module_utils/_rollout.py). The canaries come from ``canary_by`` (read from
     ``hostvars``/``groups``, where tasks can see them) or, at play level where hostvars cannot be
@@ -126,12 +130,60 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
     return _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
                          unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
                          on_soak_failure=on_soak_failure,
-                         canaries=None if canaries is None else [str(h) for h in canaries])
+                         canaries=None if canaries is None else [str(h) for h in canaries], stage=stage)
 
 
 def soak_verdict(result: Any) -> str:
     """One host's soak read: "passed" or "failed: <why>" (tasks/soak.yml)."""
     return _rollout.soak_verdict(dict(result or {}))
+
+
+def report_merge(parts: Any, expect_hosts: Any = None, rollout_id: Any = None) -> dict[str, Any]:
+    """The fleet reports of one rollout's jobs as one (plugins/callback/sglang_report.py's merge_reports):
+    ``report`` (the fleet.json document), ``markdown`` (fleet.md) and ``errors`` (a refused merge).
+
+    Each part is a path or a glob of fleet.json files on the controller (expanded and read here), a pair
+    [path, fleet.json text], or {path, report} with the parsed document."""
+    from ansible_collections.fleetops.sglang.plugins.callback import sglang_report
+
+    pairs, errors = [], []
+    for part in list(parts or []):
+        if isinstance(part, str):
+            found = sorted(glob.glob(os.path.expanduser(part)))
+            if not found:
+                errors.append("no file matches %s: give the fleet.json of each job of the rollout (a path or a glob)"
+                              % part)
+            for path in found:
+                try:
+                    with open(path, encoding="utf-8") as fh:
+                        pairs.append((path, fh.read()))
+                except OSError as exc:
+                    errors.append("%s cannot be read: %s" % (path, exc))
+            continue
+        if isinstance(part, dict) and "path" in part:
+            pairs.append((str(part["path"]), part.get("report")))
+        elif isinstance(part, (list, tuple)) and len(part) == 2:
+            pairs.append((str(part[0]), part[1]))
+        else:
+            raise AnsibleFilterError("report_merge takes paths or globs, [path, fleet.json text] pairs or "
+                                     "{path, report}; got %r" % (part,))
+    seen, docs = set(), []
+    for path, report in pairs:
+        if path in seen:
+            continue  # two globs that match one file: the file once
+        seen.add(path)
+        if isinstance(report, str):
+            try:
+                report = json.loads(report)
+            except ValueError as exc:
+                errors.append("%s is not JSON (%s): not a fleet.json of fleetops.sglang.sglang_report" % (path, exc))
+                continue
+        docs.append((path, report))
+    if errors:
+        return {"report": {}, "errors": errors, "markdown": ""}
+    doc, errors = sglang_report.merge_reports(docs, [str(h) for h in (expect_hosts or [])], rollout_id=rollout_id)
+    return {"report": sglang_report.plain(doc) if doc else {}, "errors": errors,
+            "markdown": sglang_report.render_markdown(doc) if doc else ""}
 
 
 class FilterModule:
@@ -140,6 +192,7 @@ class FilterModule:
             "variable_errors": variable_errors,
             "fleet_pattern": fleet_pattern,
             "rollout_plan": rollout_plan,
+            "report_merge": report_merge,
             "soak_verdict": soak_verdict,
             "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,

@@ -16,6 +16,10 @@ playbooks/rollback.yml (its ``serial``), through the ``rollout_plan`` filter:
   the budget.
 - ``sglang_serial`` is the expert override of the batch sizes. Given together with
   ``sglang_max_unavailable``, any batch it would make bigger than the budget is refused.
+- ``sglang_rollout_stage`` splits the rollout over jobs (AWX's job slicing runs each slice as
+  its own job, sharing nothing): ``canaries`` rolls out the canaries only and leaves the rest
+  for the next stage; ``after_canaries`` has no canary of its own (the canary stage passed in
+  an earlier job) and starts with batches of the budget; ``all`` (the default) does both.
 
 Standard library only.
 """
@@ -74,6 +78,19 @@ def serial_errors(value: Any) -> List[str]:
 
 
 SOAK_ACTIONS = ("stop", "rollback")
+# sglang_rollout_stage: both stages in one run, the canaries only, or the rest after them.
+STAGE_ALL = "all"
+STAGE_CANARIES = "canaries"
+STAGE_AFTER_CANARIES = "after_canaries"
+STAGES = (STAGE_ALL, STAGE_CANARIES, STAGE_AFTER_CANARIES)
+
+
+def stage_errors(value: Any) -> List[str]:
+    if value in (None, "") or (isinstance(value, str) and value in STAGES):
+        return []
+    return ["sglang_rollout_stage=%r is not a stage of the rollout; accepted: all (canaries, then the rest; the "
+            "default), canaries (the canaries only: the canary job of a workflow) or after_canaries (no canary: "
+            "the sliced job that a passed canary job starts)" % (value,)]
 
 
 def soak_errors(seconds: Any, action: Any) -> List[str]:
@@ -116,18 +133,22 @@ def canary_value(host: str, canary_by: str, hostvars: Mapping, groups: Mapping) 
 def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None, serial: Any = None,
          canary_values: Optional[Mapping[str, str]] = None, unavailable: Sequence[str] = (),
          soak_seconds: Any = None, on_soak_failure: Any = None,
-         canaries: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+         canaries: Optional[Sequence[str]] = None, stage: Any = None) -> Dict[str, Any]:
     """The rollout of ``needs_work`` (inventory order): the host order, the ``serial`` list, and errors
-    (each naming the variable, its value and the fix) that refuse the rollout before it starts."""
+    (each naming the variable, its value and the fix) that refuse the rollout before it starts.
+
+    ``stage`` (``sglang_rollout_stage``) keeps one part of it: ``canaries`` plans the canaries alone
+    and lists the others in ``next_stage``; ``after_canaries`` plans no canary."""
     needs = list(needs_work or [])
     lost = [h for h in (unavailable or []) if h not in needs]
     errors = (max_unavailable_errors(max_unavailable) + serial_errors(serial)
-              + soak_errors(soak_seconds, on_soak_failure))
+              + soak_errors(soak_seconds, on_soak_failure) + stage_errors(stage))
+    stage = stage or STAGE_ALL
     # bounded: the batches are held to max_unavailable (it sized them, or it was given with serial);
     # batch_max: the biggest batch, what the room left out of rotation must fit after each batch.
     doc: Dict[str, Any] = {"order": needs, "serial": [1], "canaries": needs[:1], "max_unavailable": None,
                            "budget": None, "unavailable": lost, "errors": errors, "bounded": False,
-                           "batch_max": 1}
+                           "batch_max": 1, "stage": stage, "next_stage": []}
     if errors:
         return doc
     bound = DEFAULT_MAX_UNAVAILABLE if max_unavailable is None else max_unavailable
@@ -145,7 +166,9 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
         return doc
     # One canary per value, in inventory order of their first host (or the canaries the probe pass
     # chose, given back at play level); then the rest.
-    if canaries is not None:
+    if stage == STAGE_AFTER_CANARIES:
+        canaries = []
+    elif canaries is not None:
         canaries = [h for h in needs if h in set(canaries)] or needs[:1]
     else:
         canaries, seen = [], set()
@@ -156,6 +179,11 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
                 canaries.append(host)
     doc["canaries"] = canaries
     doc["order"] = canaries + [h for h in needs if h not in canaries]
+    if stage == STAGE_CANARIES:
+        # The rest waits for the next job (the workflow's sliced job, sglang_rollout_stage=after_canaries).
+        doc["next_stage"] = doc["order"][len(canaries):]
+        doc["order"] = list(canaries)
+        needs = list(canaries)
     if serial is not None:
         items = list(serial) if isinstance(serial, (list, tuple)) else [serial]
         sizes = [resolve(i, len(needs) or 1) for i in items]
