@@ -53,6 +53,24 @@ IMAGE_REPO = "local/sglang-testbed"
 RECIPE_REVISION = "1"
 RECIPE_LABEL = "io.sglang-remediation.recipe"
 FLEET_LABEL = "io.sglang-remediation.fleet"
+# The execution environment's base (scripts/build-ee, execution-environment.yml): the same
+# debootstrap recipe, minbase Debian 13 with only what an EE needs and no systemd. python3 is
+# 3.13 there; python3-venv serves ansible-builder's assemble script (python3 -m venv) and brings
+# ensurepip with its pip wheel, from which pip is installed into /usr/local (build_ee_base).
+# Not python3-pip: it pulls Debian's python3-wheel and python3-packaging into
+# /usr/lib/python3/dist-packages, which pip cannot uninstall (no RECORD file), so the EE's pinned
+# packaging could not replace them. openssh-client is the ssh connection; ca-certificates lets
+# ansible-galaxy and the uri module verify TLS.
+EE_BASE_SUITE = "trixie"
+EE_BASE_IMAGE = f"local/sglang-ee-base:{EE_BASE_SUITE}"
+EE_BASE_PACKAGES: tuple[str, ...] = (
+    "python3",
+    "python3-venv",
+    "openssh-client",
+    "ca-certificates",
+)
+# Bumped by hand when the EE base's recipe changes in a way the package list does not show.
+EE_BASE_REVISION = "2"
 INOTIFY_PATH = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_WANTED = 1024
 # Each systemd container holds about six inotify instances; the default 128
@@ -138,6 +156,12 @@ def run(cmd: Sequence[str], check: bool = True, capture: bool = True,
 def recipe_hash(suite: str) -> str:
     """Identifies what an image was built from, so a changed recipe rebuilds."""
     text = "\n".join([RECIPE_REVISION, suite, *IMAGE_PACKAGES])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ee_base_recipe_hash() -> str:
+    """The EE base's recipe label: another package list or revision rebuilds it."""
+    text = "\n".join(["ee-base", EE_BASE_REVISION, EE_BASE_SUITE, *EE_BASE_PACKAGES])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -264,7 +288,7 @@ def set_inotify(value: int) -> None:
     INOTIFY_PATH.write_text(f"{value}\n")
 
 
-def slim_rootfs(root: Path) -> None:
+def slim_rootfs(root: Path, mask_consoles: bool = True) -> None:
     """Drop docs, locales and apt lists: halves the image, nothing the role needs."""
     for rel in ("usr/share/doc", "usr/share/man", "usr/share/info", "var/cache/apt/archives",
                 "var/lib/apt/lists"):
@@ -277,6 +301,8 @@ def slim_rootfs(root: Path) -> None:
         for entry in locales.iterdir():
             if entry.is_dir() and not entry.name.startswith("en"):
                 shutil.rmtree(entry)
+    if not mask_consoles:
+        return
     # A container has no consoles to serve; masking these avoids a degraded system.
     for unit in ("getty@tty1.service", "console-getty.service", "systemd-firstboot.service"):
         link = root / "etc/systemd/system" / unit
@@ -285,30 +311,85 @@ def slim_rootfs(root: Path) -> None:
             link.symlink_to("/dev/null")
 
 
-def build_image(suite: str, runner: Runner = run) -> None:
-    """debootstrap a minimal Debian with systemd and import it as an image.
+def debootstrap_rootfs(suite: str, root: Path, packages: Sequence[str], runner: Runner = run) -> None:
+    """debootstrap a minbase Debian with these packages into root.
 
     No mirror argument: debootstrap's default serves, and no host name is
     written into this repository.
     """
+    log(f"debootstrap {suite} (about a minute)")
+    # Captured: its hundreds of lines are shown only when it fails.
+    runner(["debootstrap", "--variant=minbase", "--include=" + ",".join(packages), suite, str(root)])
+
+
+def import_rootfs(root: Path, tag: str, changes: Sequence[str], runner: Runner = run) -> None:
+    """docker import the tree as one layer, with these Dockerfile changes (CMD, ENV, LABEL)."""
+    log(f"importing {tag}")
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    change_args = [arg for change in changes for arg in ("-c", change)]
+    runner(["docker", "import", *change_args, "-", tag], stdin=tar.stdout)
+    tar.stdout.close()
+    if tar.wait() != 0:
+        raise SystemExit(f"testbed: tar of the rootfs for {tag} failed")
+
+
+def build_image(suite: str, runner: Runner = run) -> None:
+    """debootstrap a minimal Debian with systemd and import it as an image."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"testbed-{suite}-") as tmp:
         root = Path(tmp) / "rootfs"
-        log(f"debootstrap {suite} (about a minute)")
-        # Captured: its hundreds of lines are shown only when it fails.
-        runner(["debootstrap", "--variant=minbase", "--include=" + ",".join(IMAGE_PACKAGES),
-                suite, str(root)])
+        debootstrap_rootfs(suite, root, IMAGE_PACKAGES, runner)
         slim_rootfs(root)
-        log(f"importing {image_tag(suite)}")
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        runner(["docker", "import",
-                "-c", 'CMD ["/lib/systemd/systemd"]',
-                "-c", f"LABEL {RECIPE_LABEL}={recipe_hash(suite)}",
-                "-", image_tag(suite)], stdin=tar.stdout)
-        tar.stdout.close()
-        if tar.wait() != 0:
-            raise SystemExit(f"testbed: tar of the {suite} rootfs failed")
+        import_rootfs(root, image_tag(suite), ['CMD ["/lib/systemd/systemd"]',
+                                               f"LABEL {RECIPE_LABEL}={recipe_hash(suite)}"], runner)
     log(f"built {image_tag(suite)} in {time.monotonic() - started:.0f}s")
+
+
+def ee_base_recipe(runner: Runner = run) -> str | None:
+    """The recipe label of the EE base image, None when there is none."""
+    res = runner(["docker", "image", "inspect", "--format",
+                  "{{ index .Config.Labels \"%s\" }}" % RECIPE_LABEL, EE_BASE_IMAGE], check=False)
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def build_ee_base(runner: Runner = run) -> None:
+    """debootstrap the EE base (EE_BASE_PACKAGES, no systemd) and import it as EE_BASE_IMAGE."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="testbed-ee-base-") as tmp:
+        root = Path(tmp) / "rootfs"
+        debootstrap_rootfs(EE_BASE_SUITE, root, EE_BASE_PACKAGES, runner)
+        slim_rootfs(root, mask_consoles=False)
+        # Debian marks its Python EXTERNALLY-MANAGED (PEP 668): pip refuses to install into it.
+        # An EE is a single-purpose image whose system Python *is* the environment that
+        # ansible-builder fills with pip (into /usr/local/lib/python3.13/dist-packages, apart
+        # from the Debian-owned /usr/lib/python3/dist-packages): the marker goes, so that pip in
+        # the image and in images derived from it works without --break-system-packages.
+        for marker in root.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+            marker.unlink()
+        # `python3 -m pip`: Debian disables ensurepip for the system Python, so pip installs
+        # itself from the wheel Debian ships for ensurepip (python3-pip-whl), offline, into
+        # /usr/local/lib/python3.13/dist-packages (with a RECORD: pip can upgrade it).
+        wheel = next(root.glob("usr/share/python-wheels/pip-*.whl")).relative_to(root)
+        runner(["chroot", str(root), "/usr/bin/python3", f"/{wheel}/pip", "install", "-q", "--no-index",
+                "--no-cache-dir", "--disable-pip-version-check", "--root-user-action=ignore", f"/{wheel}"])
+        import_rootfs(root, EE_BASE_IMAGE, [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["/bin/bash"]',
+            f"LABEL {RECIPE_LABEL}={ee_base_recipe_hash()}",
+        ], runner)
+    log(f"built {EE_BASE_IMAGE} in {time.monotonic() - started:.0f}s")
+
+
+def ensure_ee_base(runner: Runner = run) -> bool:
+    """The EE base image from the current recipe; built only when missing or stale. True if built."""
+    if ee_base_recipe(runner) == ee_base_recipe_hash():
+        log(f"{EE_BASE_IMAGE} up to date")
+        return False
+    if shutil.which("debootstrap") is None:
+        apt_install(["debootstrap"], runner)
+    build_ee_base(runner)
+    return True
 
 
 def ensure(suites: Sequence[str], containers: int = 0, runner: Runner = run) -> State:
@@ -748,6 +829,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_ensure.add_argument("--containers", type=int, default=0,
                           help="size inotify limits for this many containers")
     sub.add_parser("status", help="print what is observed")
+    sub.add_parser("ee-base", help=f"engine running and {EE_BASE_IMAGE} (the execution environment's base,"
+                   " scripts/build-ee) built when missing or stale; print its name")
     sub.add_parser("promtool", help="extract Debian's promtool (package prometheus) if missing; print its path")
     sub.add_parser("prometheus", help="fetch Debian's prometheus (server, web UI files) and prometheus-node-exporter"
                    " (.deb) if missing; print their paths")
@@ -777,13 +860,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only check that this container's image is the current converged one")
     args = parser.parse_args(argv)
 
-    if os.geteuid() != 0 and args.cmd in ("ensure", "fleet-up"):
+    if os.geteuid() != 0 and args.cmd in ("ensure", "fleet-up", "ee-base"):
         log("warning: not root; installing packages or starting the engine may fail")
     if args.cmd == "ensure":
         ensure(args.suite or SUITES, args.containers)
         ensure_promtool()
         ensure_prometheus()
         ensure_node_exporter_deb()
+    elif args.cmd == "ee-base":
+        ensure([])
+        ensure_ee_base()
+        print(EE_BASE_IMAGE)
     elif args.cmd == "promtool":
         print(ensure_promtool())
     elif args.cmd == "prometheus":

@@ -280,3 +280,100 @@ def test_a_connection_cut_before_the_restart_is_finished_by_the_rerun():
     assert starts(H1) == before + 1 and server_info(H1)["speculative_num_steps"] == 11
     assert rows("cut-rerun")[H1]["compliant"] is True
     assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"
+
+
+# --- 5. the execution environment, run as AWX runs it -------------------------------------------
+
+RUNNER = PROJECT / ".cache" / "ee-venv" / "bin" / "ansible-runner"
+RUNNER_DIR = SSH_DIR / "runner"
+
+
+def ee_image() -> str:
+    """scripts/build-ee's image (the suite built it before the scenarios; up to date, this takes seconds)."""
+    proc = subprocess.run([str(PROJECT / "scripts" / "build-ee")], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def private_data_dir(image: str) -> Path:
+    """ansible-runner's private data dir as AWX lays it out for a job: project/ (a project that runs the
+    collection's playbooks from the image), inventory/, env/{settings,extravars,ssh_key}. The SSH
+    inventory's files (known_hosts, the sudo password) are copied in: the container sees /runner only."""
+    pdd = RUNNER_DIR
+    for sub in ("project", "inventory/group_vars", "env", "secrets", "wheelhouse"):
+        (pdd / sub).mkdir(parents=True, exist_ok=True)
+    for book in ("remediate", "audit"):
+        (pdd / "project" / ("%s.yml" % book)).write_text(
+            "---\n- name: The collection's %s, from the execution environment\n"
+            "  ansible.builtin.import_playbook: fleetops.sglang.%s\n" % (book, book))
+    (pdd / "project" / "ansible.cfg").write_text(
+        "[defaults]\ncallbacks_enabled = fleetops.sglang.sglang_report\ninterpreter_python = auto_silent\n"
+        "[ssh_connection]\npipelining = True\n")
+    inv = yaml.safe_load((INVENTORY / "hosts.yml").read_text())
+    group = inv["all"]["children"]["sglang"]
+    shutil_copy(SSH_DIR / "fleet" / "known_hosts", pdd / "inventory" / "known_hosts")
+    shutil_copy(PASSWORD_FILE, pdd / "secrets" / "become-password")
+    for values in group["hosts"].values():
+        if "ansible_become_password" in (values or {}):
+            values["ansible_become_password"] = "{{ lookup('ansible.builtin.file', '/runner/secrets/become-password') }}"
+    key = Path(group["vars"].pop("ansible_ssh_private_key_file"))
+    group["vars"]["ansible_ssh_common_args"] = "-o UserKnownHostsFile=/runner/inventory/known_hosts"
+    group["vars"]["ansible_control_path_dir"] = "/tmp/cp"
+    (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inv))
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
+    for wheel in (PROJECT / ".cache" / "wheelhouse").glob("sglang-%s-*.whl" % demo["sglang_version"]):
+        shutil_copy(wheel, pdd / "wheelhouse" / wheel.name)
+    demo["sglang_wheelhouse"] = "/runner/wheelhouse"
+    (pdd / "inventory" / "group_vars" / "sglang.yml").write_text(yaml.safe_dump(demo))
+    # The machine credential, as AWX hands it to ansible-runner (an ssh-agent in the container holds it).
+    shutil_copy(key, pdd / "env" / "ssh_key")
+    (pdd / "env" / "settings").write_text(yaml.safe_dump({
+        "process_isolation": True, "process_isolation_executable": "docker", "container_image": image,
+        # sshd is published on the controller's loopback: the job's container shares its network.
+        "container_options": ["--network=host"], "suppress_ansible_output": True}))
+    return pdd
+
+
+def shutil_copy(src: Path, dst: Path) -> None:
+    dst.write_bytes(Path(src).read_bytes())
+    os.chmod(dst, 0o600)
+
+
+def runner_job(ident: str, playbook: str, extra_vars: Dict[str, Any]) -> Dict[str, Any]:
+    """One ansible-runner job in the image: its rc, its status, the recap's changed counts (job events) and the
+    fleet report it left in its artifacts."""
+    (RUNNER_DIR / "env" / "extravars").write_text(yaml.safe_dump(extra_vars))
+    proc = subprocess.run([str(RUNNER), "run", str(RUNNER_DIR), "-p", playbook, "--ident", ident],
+                          capture_output=True, text=True, timeout=1200)
+    artifacts = RUNNER_DIR / "artifacts" / ident
+    stdout = (artifacts / "stdout").read_text() if (artifacts / "stdout").exists() else proc.stdout
+    events = [json.loads(p.read_text()) for p in (artifacts / "job_events").glob("*.json")]
+    stats = [e for e in events if e.get("event") == "playbook_on_stats"]
+    report_file = artifacts / "sglang" / "latest" / "fleet.json"
+    return {"rc": proc.returncode, "status": (artifacts / "status").read_text().strip(), "stdout": stdout,
+            "changed": stats[0]["event_data"].get("changed", {}) if stats else None,
+            "report": json.loads(report_file.read_text()) if report_file.exists() else None,
+            "events": len(events)}
+
+
+def test_the_execution_environment_remediates_and_audits_over_ssh_as_awx_runs_it():
+    if RUNNER_DIR.exists():
+        subprocess.run(["rm", "-rf", str(RUNNER_DIR)], check=True)
+    pdd = private_data_dir(ee_image())
+    before = [starts(h) for h in (H1, H2, H3)]
+    first = runner_job("remediate", "remediate.yml", dict(steps(12), sglang_serial=["100%"]))
+    assert first["rc"] == 0 and first["status"] == "successful", first["stdout"][-4000:]
+    assert [starts(h) for h in (H1, H2, H3)] == [b + 1 for b in before]
+    assert all(server_info(h)["speculative_num_steps"] == 12 for h in (H1, H2, H3))
+    # The fleet report and the job events came out under the runner's artifacts.
+    assert first["events"] > 10 and first["report"] is not None, sorted(p.name for p in pdd.rglob("*"))[:50]
+    assert {r["status"] for r in first["report"]["hosts"]} == {"changed"}
+    assert all(r["compliant"] is True for r in first["report"]["hosts"])
+    again = runner_job("remediate-again", "remediate.yml", dict(steps(12), sglang_serial=["100%"]))
+    # The recap's changed counts, from the job's events (a host with none is not listed).
+    assert again["rc"] == 0 and again["changed"] is not None, again["stdout"][-4000:]
+    assert sum(again["changed"].values()) == 0, again["changed"]
+    assert [starts(h) for h in (H1, H2, H3)] == [b + 1 for b in before]
+    audit = runner_job("audit", "audit.yml", steps(12))
+    assert audit["rc"] == 0 and audit["status"] == "successful", audit["stdout"][-4000:]
+    assert {r["status"] for r in audit["report"]["hosts"]} == {"ok"}
