@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import report_merge
 from test_fleet_report import Inventory, Stats, fact, play, report, result
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "molecule" / "shared"))
+from scenario_helpers import awx_slices  # noqa: E402
 
 
 class StageInventory(Inventory):
@@ -49,10 +56,8 @@ def run_report(tmp_path, name, hosts, done, extra_vars, failed=(), next_stage=()
 HOSTS = ["gpu-%02d" % i for i in range(1, 13)]
 
 
-def slices(hosts, count):
-    """AWX's rule (awx/main/models/inventory.py, get_sliced_hosts): by name, slice n gets hosts[n-1::count]."""
-    ordered = sorted(hosts)
-    return [ordered[n - 1::count] for n in range(1, count + 1)]
+# AWX's slicing rule, as the slicing scenario applies it.
+slices = awx_slices
 
 
 @pytest.fixture
@@ -215,3 +220,32 @@ def test_under_ansible_runner_the_report_goes_into_the_jobs_artifacts(tmp_path, 
     cb.get_option = {"report_dir": str(tmp_path / "shared"), "print_rows_max": 50, "keep": "0"}.get
     cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
     assert cb.base_dir == str(tmp_path / "shared")
+
+
+def merge_playbook(tmp_path, extra_vars, hosts=HOSTS):
+    """playbooks/report_merge.yml on the controller, over an inventory whose group sglang is ``hosts``."""
+    repo = Path(__file__).resolve().parents[1]
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(json.dumps({"sglang": {"hosts": {h: None for h in hosts}}}))
+    (tmp_path / "vars.json").write_text(json.dumps(extra_vars))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(repo / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               SGLANG_REPORT_DIR=str(tmp_path / "merge-run"))
+    return subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory),
+                           "-e", "ansible_python_interpreter=" + sys.executable, "-e", "@" + str(tmp_path / "vars.json"),
+                           str(repo / "playbooks" / "report_merge.yml")],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_playbook_takes_one_glob_as_awx_example_gives_it(rollout, tmp_path):
+    # examples/awx/controller.yml gives sglang_report_merge_sources as one string, a glob over the run folders.
+    proc = merge_playbook(tmp_path, {"sglang_report_merge_sources": str(tmp_path / "*" / "runs" / "*" / "fleet.json"),
+                                     "sglang_rollout_id": "r1"})
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    doc = json.loads((tmp_path / "merge-run" / "merged" / "r1" / "fleet.json").read_text())
+    assert len(doc["hosts"]) == 12 and doc["run"]["result"] == "complete"
+    assert (tmp_path / "merge-run" / "merged" / "r1" / "fleet.md").read_text().startswith("# SGLang fleet report")
+
+
+def test_the_playbook_with_nothing_to_merge_says_what_to_give(tmp_path):
+    proc = merge_playbook(tmp_path, {})
+    assert proc.returncode == 2 and "sglang_report_merge_sources=[]: no report to merge" in proc.stdout, proc.stdout

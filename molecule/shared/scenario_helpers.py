@@ -206,3 +206,11 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.5) -> A
         if time.monotonic() >= deadline:
             raise AssertionError("%s: not within %ss; last seen: %r" % (what, timeout, last))
         time.sleep(interval)
+
+
+def awx_slices(hosts: Sequence[str], count: int) -> List[List[str]]:
+    """AWX's job slicing (awx/main/models/inventory.py, get_sliced_hosts; JobTemplate.get_effective_slice_ct):
+    the inventory's hosts by name, slice n (from 1) of ``count`` holds hosts[n-1::count], and there are no more
+    slices than hosts."""
+    ordered = sorted(hosts)
+    return [ordered[n - 1::count] for n in range(1, min(count, len(ordered)) + 1)]

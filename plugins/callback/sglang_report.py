@@ -320,6 +320,20 @@ def status_summary(rows: List[Dict[str, Any]], running: bool) -> List[str]:
     return lines
 
 
+def counts(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, int]]:
+    """The report's counts: hosts per status (in the table's order) and per decision."""
+    by_status: Dict[str, int] = {}
+    for status in STATUS_ORDER:
+        n = sum(1 for r in rows if r["status"] == status)
+        if n:
+            by_status[status] = n
+    by_decision: Dict[str, int] = {}
+    for r in rows:
+        key = r.get("decision") or ("(%s)" % r["status"])
+        by_decision[key] = by_decision.get(key, 0) + 1
+    return {"status": by_status, "decision": by_decision}
+
+
 def run_result(statuses: Any) -> str:
     """The run's result from its rows' statuses: the worst outcome first."""
     statuses = set(statuses)
@@ -515,11 +529,6 @@ def merge_reports(parts: List[Tuple[str, Any]], expect_hosts: Any = None,
             rows[str(host)] = row
     merged = list(rows.values())
     first = docs[0][1]["run"]
-    status_counts = {s: sum(1 for r in merged if r["status"] == s) for s in STATUS_ORDER}
-    decision_counts: Dict[str, int] = {}
-    for r in merged:
-        key = r.get("decision") or ("(%s)" % r["status"])
-        decision_counts[key] = decision_counts.get(key, 0) + 1
     soaks = [dict(soak, part=run["part"]) for run, (path, doc) in zip(runs, ordered)
              for soak in doc["run"].get("soaks") or []]
     doc = {
@@ -532,7 +541,7 @@ def merge_reports(parts: List[Tuple[str, Any]], expect_hosts: Any = None,
             "batches": sum(int(d["run"].get("batches") or 0) for d in dict(docs).values()), "soaks": soaks,
             "stage": "merged", "parts": runs, "left_out": len(parts) - len(docs),
         },
-        "counts": {"status": {k: v for k, v in status_counts.items() if v}, "decision": decision_counts},
+        "counts": counts(merged),
         "hosts": merged,
     }
     return doc, []
@@ -593,15 +602,6 @@ class CallbackModule(CallbackBase):
         rows = list(self.rows.values())
         for r in rows:
             r["action"] = action_of(r, self.check_mode)
-        status_counts: Dict[str, int] = {}
-        for s in STATUS_ORDER:
-            n = sum(1 for r in rows if r["status"] == s)
-            if n:
-                status_counts[s] = n
-        decision_counts: Dict[str, int] = {}
-        for r in rows:
-            key = r.get("decision") or ("(%s)" % r["status"])
-            decision_counts[key] = decision_counts.get(key, 0) + 1
         return {
             "run": {
                 "playbook": self.playbook, "mode": self.mode, "check_mode": self.check_mode,
@@ -610,7 +610,7 @@ class CallbackModule(CallbackBase):
                 "batches": self.batches, "soaks": self.soaks, "pid": os.getpid(),
                 "rollout_id": self.rollout_id, "job_id": self.job_id, "stage": self.stage,
             },
-            "counts": {"status": status_counts, "decision": decision_counts},
+            "counts": counts(rows),
             "hosts": rows,
         }
 

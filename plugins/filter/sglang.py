@@ -140,7 +140,8 @@ def soak_verdict(result: Any) -> str:
 
 def report_merge(parts: Any, expect_hosts: Any = None, rollout_id: Any = None) -> dict[str, Any]:
     """The fleet reports of one rollout's jobs as one (plugins/callback/sglang_report.py's merge_reports):
-    ``report`` (the fleet.json document), ``markdown`` (fleet.md) and ``errors`` (a refused merge).
+    ``report`` (the fleet.json document), ``markdown`` (fleet.md), ``attention`` (the hosts that need it) and
+    ``errors`` (a refused merge).
 
     Each part is a path or a glob of fleet.json files on the controller (expanded and read here), a pair
     [path, fleet.json text], or {path, report} with the parsed document."""
@@ -180,9 +181,10 @@ def report_merge(parts: Any, expect_hosts: Any = None, rollout_id: Any = None) -
                 continue
         docs.append((path, report))
     if errors:
-        return {"report": {}, "errors": errors, "markdown": ""}
+        return {"report": {}, "errors": errors, "attention": [], "markdown": ""}
     doc, errors = sglang_report.merge_reports(docs, [str(h) for h in (expect_hosts or [])], rollout_id=rollout_id)
-    return {"report": sglang_report.plain(doc) if doc else {}, "errors": errors,
+    attention = [r["host"] for r in doc.get("hosts", []) if r["status"] in sglang_report.ATTENTION] if doc else []
+    return {"report": sglang_report.plain(doc) if doc else {}, "errors": errors, "attention": attention,
             "markdown": sglang_report.render_markdown(doc) if doc else ""}
 
 

@@ -27,7 +27,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from operator_runs import Operator, server_info, sh  # noqa: E402
-from scenario_helpers import PROJECT, STARTS_LOG  # noqa: E402
+from scenario_helpers import PROJECT, STARTS_LOG, awx_slices  # noqa: E402
 
 PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
 DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
@@ -46,12 +46,6 @@ OPERATOR = Operator(WORK, [], callbacks="ansible.posix.profile_tasks,fleetops.sg
 # What outlives the scenario's ephemeral directory: the merged reports and the wall times.
 ARTIFACTS = PROJECT / ".cache" / "molecule-logs" / "slicing-artifacts"
 _state: Dict[str, Any] = {}
-
-
-def awx_slices(hosts: List[str], count: int) -> List[List[str]]:
-    """AWX's rule: the inventory's hosts by name, slice n (from 1) of ``count`` holds hosts[n-1::count]."""
-    ordered = sorted(hosts)
-    return [ordered[n - 1::count] for n in range(1, min(count, len(ordered)) + 1)]
 
 
 def inventory(name: str, hosts: List[str], host_vars: Dict[str, Dict[str, Any]] = None) -> Path:
