@@ -34,11 +34,8 @@ def log(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def timed(cmd: list[str], counts: Path | None = None, check: bool = True, name: str = "") -> tuple[float, dict]:
-    """Run an ansible command; return wall seconds and the callback's per-host counts.
-
-    The command's output goes to .cache/bench/logs/<name>.log (the last run of each).
-    """
+def bench_env(counts: Path | None) -> dict:
+    """The environment of a measured ansible run: the sglang_bench counts to COUNTS, reports in the cache."""
     env = dict(os.environ)
     # Ad-hoc `ansible` loads callbacks only when asked: the ping count comes from the same callback.
     env["ANSIBLE_LOAD_CALLBACK_PLUGINS"] = "1"
@@ -48,17 +45,26 @@ def timed(cmd: list[str], counts: Path | None = None, check: bool = True, name: 
         env["SGLANG_BENCH_OUT"] = str(counts)
         counts.unlink(missing_ok=True)
     env["SGLANG_REPORT_DIR"] = str(CACHE / "reports")
-    start = time.monotonic()
-    res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    elapsed = time.monotonic() - start
+    return env
+
+
+def finish(cmd: list[str], res: subprocess.CompletedProcess, counts: Path | None, check: bool, name: str) -> dict:
+    """Keep the run's output in .cache/bench/logs/<name>.log (the last run of each); its counts."""
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     (logs / f"{name or Path(cmd[-1]).stem}.log").write_text(res.stdout)
     if check and res.returncode != 0:
         sys.stderr.write(res.stdout[-6000:])
         raise SystemExit(f"bench: {' '.join(cmd)} failed (exit {res.returncode})")
-    data = json.loads(counts.read_text()) if counts is not None and counts.exists() else {}
-    return elapsed, data
+    return json.loads(counts.read_text()) if counts is not None and counts.exists() else {}
+
+
+def timed(cmd: list[str], counts: Path | None = None, check: bool = True, name: str = "") -> tuple[float, dict]:
+    """Run an ansible command; return wall seconds and the callback's per-host counts."""
+    env = bench_env(counts)
+    start = time.monotonic()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return time.monotonic() - start, finish(cmd, res, counts, check, name)
 
 
 def summarize(counts: dict) -> dict:

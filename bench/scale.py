@@ -1,16 +1,17 @@
-"""`scripts/bench --scale`: the cost of a compliant fleet's rerun and audit as the fleet grows.
+"""`scripts/bench --scale`: what a fleet costs the controller, per host, as it grows.
 
-One fleet of max(--sizes) hosts is started and converged once (the first remediation,
-whose remote module executions per host are counted against the bare install's on
-the smallest size). Then --repeat repetitions, each measuring every size in a rotated
-order: `ansible -m ping`, the no-op remediate.yml rerun and audit.yml on the first N
-hosts, each size against its own ping in the same repetition. At the largest size
-the three are also measured at forks 50, for the extrapolation.
+One fleet of max(--sizes) hosts is started. It is converged in chunks (the first
+--sizes[0] hosts, then the hosts up to each next size), each chunk a first remediation
+of fresh hosts (with --reuse only the first chunk is fresh). Then --repeat repetitions,
+each measuring every size in a rotated order: `ansible -m ping`, the no-op remediate.yml
+rerun and audit.yml on the first N hosts (own inventory per size).
 
-Printed and written to .cache/bench/scale.{md,json,png}: per size the medians with
-min-max, the ratios to ping (ratio of the medians, and min-max of the per-repetition
-ratios), the per-host slopes (least squares over the sizes, per repetition: median
-and min-max) and an extrapolation to 1,000 hosts at forks 20 and 50.
+Every run is measured by bench/cost.py: wall time, the controller's CPU (the ansible
+process tree), the hosts' CPU (the containers' cgroups, less their idle rate), the
+container engine's CPU (the docker connection's transport), the tree's peak PSS, and the
+remote module executions per host (plugins/callback/sglang_bench.py). Printed and
+written to .cache/bench/scale/scale.{md,json,png}: per size and kind the medians with
+min-max, the ratios to ping, and per-host slopes (least squares over the sizes).
 """
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ import sys
 import time
 from pathlib import Path
 
-from run import CACHE, ROOT, log, summarize, timed
+from cost import Meter
+from run import CACHE, ROOT, bench_env, finish, log, summarize
 
-TARGET = 1.3
 KINDS = ("ping", "rerun", "audit")
+# Issue 27's targets, as ratios to ping within one run.
+TARGET_CPU = 1.5
+TARGET_WALL = 1.8
+TARGET_REMOTE = 12
+METRICS = ("wall", "controller", "hosts", "engine", "pss")
 
 
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -87,6 +93,118 @@ def healthy_starts(inv: Path, forks: list[str]) -> dict[str, int]:
     return {h: int(r["stdout"].split()[0]) for h, r in res["plays"][0]["tasks"][0]["hosts"].items()}
 
 
+def measured(meter: Meter, cmd: list[str], hosts: list[str], name: str, counts: Path | None = None) -> dict:
+    """One measured run: its cost (bench/cost.py) per host and in all, and its sglang_bench counts."""
+    res, cost = meter.run(cmd, hosts, cwd=ROOT, env=bench_env(counts), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    c = finish(cmd, res, counts, True, name)
+    n = len(hosts)
+    s = summarize(c)
+    return {"hosts": n, "wall": cost.wall, "controller": cost.controller, "host_cpu": cost.hosts,
+            "engine": cost.engine, "pss": cost.pss_peak_mib,
+            "per_host": {"controller": cost.controller / n, "hosts": cost.hosts / n, "engine": cost.engine / n},
+            "remote_max": s["remote_max"], "remote_mean": s["remote_mean"], "changed": s["changed"] or 0}
+
+
+def value(run: dict, metric: str) -> float:
+    """A run's total of METRIC (wall and peak PSS are totals of the run, the CPUs are summed over hosts)."""
+    return {"wall": run["wall"], "controller": run["controller"], "hosts": run["host_cpu"],
+            "engine": run["engine"], "pss": run["pss"]}[metric]
+
+
+def summary(runs: dict, sizes: list[int], repeat: int) -> dict:
+    """Per size and kind: medians (min-max) of every metric in all and per host, ratios to ping
+    (of the medians, and per repetition), and per-host slopes over the sizes."""
+    rows = []
+    for n in sizes:
+        row: dict = {"hosts": n}
+        for k in KINDS:
+            row[k] = {m: stats([value(r, m) for r in runs[(n, k)]]) for m in METRICS}
+            row[k]["controller_per_host"] = stats([r["per_host"]["controller"] for r in runs[(n, k)]])
+            row[k]["hosts_per_host"] = stats([r["per_host"]["hosts"] for r in runs[(n, k)]])
+            row[k]["engine_per_host"] = stats([r["per_host"]["engine"] for r in runs[(n, k)]])
+            row[k]["remote_max"] = max(r["remote_max"] or 0 for r in runs[(n, k)])
+        for k in ("rerun", "audit"):
+            for m in ("wall", "controller"):
+                per_rep = [value(a, m) / value(p, m) for a, p in zip(runs[(n, k)], runs[(n, "ping")])]
+                row[k][m + "_ratio"] = dict(stats(per_rep), of_medians=row[k][m]["median"] / row["ping"][m]["median"])
+        rows.append(row)
+    slopes: dict = {}
+    for k in KINDS:
+        slopes[k] = {}
+        for m in METRICS:
+            a, b = fit(sizes, [row[k][m]["median"] for row in rows])
+            per_rep = [fit(sizes, [value(runs[(n, k)][i], m) for n in sizes])[1] for i in range(repeat)]
+            slopes[k][m] = {"intercept": a, "slope": b, "per_repetition": stats(per_rep)}
+    for k in ("rerun", "audit"):
+        for m in ("wall", "controller", "hosts"):
+            slopes[k][m]["x_ping"] = slopes[k][m]["slope"] / slopes["ping"][m]["slope"] if slopes["ping"][m]["slope"] else None
+    return {"sizes": rows, "slopes": slopes}
+
+
+def report(data: dict) -> tuple[str, dict]:
+    """The markdown tables and the targets, met or not."""
+    rows, slopes, sizes = data["sizes"], data["slopes"], [r["hosts"] for r in data["sizes"]]
+    mid = next((row for row in rows if row["hosts"] == 50), rows[-1])
+    first = data["first"]
+    ok = {
+        "controller": all(mid[k]["controller_ratio"]["of_medians"] <= TARGET_CPU for k in ("rerun", "audit")),
+        "controller_slope": all((slopes[k]["controller"]["x_ping"] or 99) <= TARGET_CPU for k in ("rerun", "audit")),
+        "wall": all(mid[k]["wall_ratio"]["of_medians"] <= TARGET_WALL for k in ("rerun", "audit")),
+        "first": bool(first) and first[0]["remote_max"] is not None and first[0]["remote_max"] <= TARGET_REMOTE,
+        "quiet": data["changed_total"] == 0 and data["restarts"] == [0],
+    }
+    out = [f"{data['date']}, commit {data['commit']}, {data['cores']} cores, forks {data['forks']}, "
+           f"{data['repeat']} repetitions interleaved (median, min-max)", "",
+           "Per host (the run's total divided by its hosts):", "",
+           "| hosts | run | wall | x ping | controller CPU/host | x ping | hosts' CPU/host | engine CPU/host "
+           "| remote executions/host | controller peak PSS |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        for k in KINDS:
+            r = row[k]
+            wx = "1.00" if k == "ping" else f"{r['wall_ratio']['of_medians']:.2f}"
+            cx = "1.00" if k == "ping" else (f"{r['controller_ratio']['of_medians']:.2f} "
+                                             f"({r['controller_ratio']['min']:.2f}-{r['controller_ratio']['max']:.2f})")
+            out.append(f"| {row['hosts']} | {k} | {fmt(r['wall'])} | {wx} | {fmt(r['controller_per_host'], 's', 3)} | {cx} "
+                       f"| {fmt(r['hosts_per_host'], 's', 3)} | {fmt(r['engine_per_host'], 's', 3)} | {r['remote_max']} "
+                       f"| {r['pss']['median']:.0f} MiB |")
+    out += ["", f"Per added host, {sizes[0]} to {sizes[-1]} hosts (least-squares slope of the medians; "
+                "per repetition: median, min-max):", "",
+            "| run | wall s/host | controller CPU s/host | x ping | hosts' CPU s/host | engine CPU s/host | PSS MiB/host |",
+            "|---|---|---|---|---|---|---|"]
+    for k in KINDS:
+        s = slopes[k]
+        x = "1.00" if k == "ping" else (f"{s['controller']['x_ping']:.2f}" if s["controller"]["x_ping"] else "-")
+        out.append(f"| {k} | {s['wall']['slope']:.3f} | {s['controller']['slope']:.3f} "
+                   f"({s['controller']['per_repetition']['min']:.3f}-{s['controller']['per_repetition']['max']:.3f}) | {x} "
+                   f"| {s['hosts']['slope']:.3f} | {s['engine']['slope']:.3f} | {s['pss']['slope']:.1f} |")
+    out += ["", "First remediation, fleet converged in chunks of fresh hosts (serial 100%):", "",
+            "| fresh hosts | wall | controller CPU/host | hosts' CPU/host | engine CPU/host | remote executions/host (max / mean) | changed | controller peak PSS |",
+            "|---|---|---|---|---|---|---|---|"]
+    for f in first:
+        out.append(f"| {f['hosts']} | {f['wall']:.0f}s | {f['per_host']['controller']:.2f}s | {f['per_host']['hosts']:.2f}s "
+                   f"| {f['per_host']['engine']:.2f}s | {f['remote_max']} / {f['remote_mean']} | {f['changed']} | {f['pss']:.0f} MiB |")
+    bare = data["bare"]
+    out.append(f"| bare install + start ({bare['hosts']} fresh hosts, bench/bare.yml) | {bare['wall']:.0f}s "
+               f"| {bare['per_host']['controller']:.2f}s | {bare['per_host']['hosts']:.2f}s | {bare['per_host']['engine']:.2f}s "
+               f"| {bare['remote_max']} / {bare['remote_mean']} | {bare['changed']} | {bare['pss']:.0f} MiB |")
+    m = mid["hosts"]
+    out += ["", f"changed over all no-op reruns and audits: {data['changed_total']}; "
+                f"restarts per host during them: {data['restarts']}", "",
+            f"- controller CPU per host, rerun and audit <= {TARGET_CPU} x ping at {m} hosts: "
+            f"{'met' if ok['controller'] else 'NOT met'} "
+            f"({mid['rerun']['controller_ratio']['of_medians']:.2f}, {mid['audit']['controller_ratio']['of_medians']:.2f})",
+            f"- controller CPU slope, rerun and audit <= {TARGET_CPU} x ping's: {'met' if ok['controller_slope'] else 'NOT met'} "
+            f"({slopes['rerun']['controller']['x_ping'] or 0:.2f}, {slopes['audit']['controller']['x_ping'] or 0:.2f})",
+            f"- wall, rerun and audit <= {TARGET_WALL} x ping at {m} hosts: {'met' if ok['wall'] else 'NOT met'} "
+            f"({mid['rerun']['wall_ratio']['of_medians']:.2f}, {mid['audit']['wall_ratio']['of_medians']:.2f})",
+            f"- first remediation <= {TARGET_REMOTE} remote executions per host: {'met' if ok['first'] else 'NOT met'} "
+            f"({first[0]['remote_max'] if first else '-'})",
+            f"- 0 changed, 0 restarts in the no-op runs: {'met' if ok['quiet'] else 'NOT met'}"]
+    return "\n".join(out) + "\n", ok
+
+
 def scale(args) -> int:
     sizes = sorted({int(x) for x in args.sizes.split(",")})
     biggest = sizes[-1]
@@ -99,13 +217,13 @@ def scale(args) -> int:
     if not (all_inv / "group_vars").is_symlink():
         (all_inv / "group_vars").symlink_to(ROOT / "inventory" / "demo" / "group_vars")
 
-    fresh = [f"{args.prefix}-{i}" for i in range(1, sizes[0] + 1)]
+    names = [f"{args.prefix}-{i}" for i in range(1, biggest + 1)]
     if not args.reuse:
         log(f"removing any previous {args.prefix} fleet")
         subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=True)
     else:
         # The first remediation is counted on fresh hosts: the smallest size's hosts start again.
-        subprocess.run(["docker", "rm", "-f", *fresh], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
+        subprocess.run(["docker", "rm", "-f", *names[:sizes[0]]], cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
     log(f"{biggest} hosts ({args.prefix}-1 .. {args.prefix}-{biggest})")
     subprocess.run([py, "testbed/testbed.py", "fleet-up", "--prefix", args.prefix, "--count", str(biggest),
                     "--group", "sglang", "--inventory", str(all_inv / "hosts.yml")], cwd=ROOT, check=True)
@@ -114,123 +232,60 @@ def scale(args) -> int:
                    cwd=ROOT, check=True)
     forks = ["--forks", str(args.forks)]
     pb = str(bin_dir / "ansible-playbook")
-    timed([pb, "-i", str(all_inv), *forks, "playbooks/testbed-prepare.yml"], name="scale-prepare")
+    prep = subprocess.run([pb, "-i", str(all_inv), *forks, "playbooks/testbed-prepare.yml"], cwd=ROOT,
+                          env=bench_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finish([pb, "playbooks/testbed-prepare.yml"], prep, None, True, "scale-prepare")
+    log("idle CPU rate of each container (5 s)")
+    meter = Meter(names)
 
     log(f"bare install + start on {sizes[0]} fresh hosts, for its module executions per host")
-    _, c_bare = timed([pb, *invs[sizes[0]], *forks, "bench/bare.yml"], CACHE / "bare.json", name="scale-bare")
-    log(f"first remediation of {biggest} hosts (serial 100%; with --reuse only the first {sizes[0]} are fresh)")
-    t_first, c_all = timed([pb, "-i", str(all_inv), *forks, "-e", "sglang_serial=100%", "remediate.yml"],
-                           CACHE / "first.json", name="scale-first")
-    c_first = {h: c for h, c in c_all.items() if h in fresh}
+    bare = measured(meter, [pb, *invs[sizes[0]], *forks, "bench/bare.yml"], names[:sizes[0]], "scale-bare",
+                    CACHE / "bare.json")
+    first = []
+    bounds = [0, *sizes]
+    for lo, hi in zip(bounds, bounds[1:]):
+        if args.reuse and lo > 0:
+            break
+        chunk = names[lo:hi]
+        limit = out_dir / f"limit-{hi}"
+        limit.write_text("\n".join(chunk) + "\n")
+        log(f"first remediation of {len(chunk)} fresh hosts ({chunk[0]} .. {chunk[-1]}, serial 100%)")
+        first.append(measured(meter, [pb, *invs[hi], *forks, "--limit", f"@{limit}", "-e", "sglang_serial=100%",
+                                      "remediate.yml"], chunk, f"scale-first-{hi}", CACHE / "first.json"))
+    if args.reuse:
+        log(f"with --reuse only the first {sizes[0]} hosts were fresh; the others converge as they are")
+        res = subprocess.run([pb, "-i", str(all_inv), *forks, "-e", "sglang_serial=100%", "remediate.yml"],
+                             cwd=ROOT, env=bench_env(None), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        finish([pb, "remediate.yml"], res, None, True, "scale-converge")
     starts_before = healthy_starts(all_inv, forks)
 
-    runs: dict = {(n, k, f): [] for n in sizes for k in KINDS for f in (args.forks, 50)}
+    runs: dict = {(n, k): [] for n in sizes for k in KINDS}
     changed_total = 0
-    last: dict = {}
     for rep in range(args.repeat):
         order = sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]
         for n in order:
-            for f in ([args.forks, 50] if n == biggest and args.forks != 50 else [args.forks]):
-                log(f"repetition {rep + 1}/{args.repeat}, {n} hosts, forks {f}: ping, rerun, audit")
-                fk = ["--forks", str(f)]
-                t, last["ping"] = timed([str(bin_dir / "ansible"), *invs[n], *fk, "sglang", "-m", "ansible.builtin.ping"],
-                                        CACHE / "ping.json", name=f"scale-ping-{n}-f{f}")
-                runs[(n, "ping", f)].append(t)
-                t, last["rerun"] = timed([pb, *invs[n], *fk, "remediate.yml"], CACHE / "rerun.json",
-                                         name=f"scale-rerun-{n}-f{f}")
-                runs[(n, "rerun", f)].append(t)
-                t, last["audit"] = timed([pb, *invs[n], *fk, "playbooks/audit.yml"], CACHE / "audit.json",
-                                         name=f"scale-audit-{n}-f{f}")
-                runs[(n, "audit", f)].append(t)
-                if n == biggest and f == args.forks:
-                    last_big = dict(last)
-                changed_total += sum(summarize(last[k])["changed"] or 0 for k in ("rerun", "audit"))
+            log(f"repetition {rep + 1}/{args.repeat}, {n} hosts: ping, rerun, audit")
+            hosts = names[:n]
+            cmds = {"ping": [str(bin_dir / "ansible"), *invs[n], *forks, "sglang", "-m", "ansible.builtin.ping"],
+                    "rerun": [pb, *invs[n], *forks, "remediate.yml"],
+                    "audit": [pb, *invs[n], *forks, "playbooks/audit.yml"]}
+            for k in KINDS:
+                run = measured(meter, cmds[k], hosts, f"scale-{k}-{n}", CACHE / f"{k}.json")
+                runs[(n, k)].append(run)
+                if k != "ping":
+                    changed_total += run["changed"]
 
     after = healthy_starts(all_inv, forks)
     restarts = sorted({after[h] - starts_before.get(h, 0) for h in after})
-
-    f0 = args.forks
-    rows = []
-    for n in sizes:
-        row: dict = {"hosts": n}
-        for k in KINDS:
-            row[k] = stats(runs[(n, k, f0)])
-        for k in ("rerun", "audit"):
-            per_rep = [t / p for t, p in zip(runs[(n, k, f0)], runs[(n, "ping", f0)])]
-            row["ratio_" + k] = dict(stats(per_rep), of_medians=row[k]["median"] / row["ping"]["median"])
-        rows.append(row)
-    fits = {}
-    slopes = {}
-    for k in KINDS:
-        a, b = fit(sizes, [row[k]["median"] for row in rows])
-        fits[k] = {"intercept": a, "slope": b}
-        per_rep = [fit(sizes, [runs[(n, k, f0)][i] for n in sizes])[1] for i in range(args.repeat)]
-        slopes[k] = stats(per_rep)
-    slope_ratio = {k: fits[k]["slope"] / fits["ping"]["slope"] for k in ("rerun", "audit")}
-    # 1,000 hosts: the line fitted at forks 20; at forks 50 the same start-up (intercept)
-    # and the per-host cost measured at the largest size with forks 50.
-    extra = {}
-    for k in KINDS:
-        t20 = fits[k]["intercept"] + fits[k]["slope"] * 1000
-        extra[k] = {"forks20": t20}
-        if runs[(biggest, k, 50)]:
-            b50 = (statistics.median(runs[(biggest, k, 50)]) - fits[k]["intercept"]) / biggest
-            extra[k]["forks50"] = fits[k]["intercept"] + b50 * 1000
-            extra[k]["slope50"] = b50
-            extra[k]["measured50"] = stats(runs[(biggest, k, 50)])
-
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
-    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    s_first, s_bare = summarize(c_first), summarize(c_bare)
-    data = {"commit": commit, "date": date, "cores": os.cpu_count(), "forks": f0, "repeat": args.repeat,
-            "sizes": rows, "fits": fits, "slopes": slopes, "slope_ratio": slope_ratio, "extrapolation": extra,
-            "first": {"seconds": t_first, "fresh": not args.reuse, **s_first}, "bare": s_bare,
-            "changed_total": changed_total, "restarts": restarts,
-            "last_at_biggest": {k: summarize(v) for k, v in last_big.items()}}
+    data = {"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cores": os.cpu_count(),
+            "forks": args.forks, "repeat": args.repeat, **summary(runs, sizes, args.repeat),
+            "first": first, "bare": bare, "idle": meter.idle, "changed_total": changed_total, "restarts": restarts,
+            "runs": {f"{n}-{k}": v for (n, k), v in runs.items()}}
+    text, ok = report(data)
+    data["targets"] = ok
     (out_dir / "scale.json").write_text(json.dumps(data, indent=1))
-
-    mid = next((row for row in rows if row["hosts"] == 50), rows[-1])
-    ok_rerun = mid["ratio_rerun"]["of_medians"] <= TARGET
-    ok_audit = mid["ratio_audit"]["of_medians"] <= TARGET
-    ok_slope = slope_ratio["rerun"] <= TARGET
-    ok_first = s_first["remote_max"] is not None and s_first["remote_max"] <= 12
-    ok_quiet = changed_total == 0 and restarts == [0]
-    out = [f"{date}, commit {commit}, {os.cpu_count()} cores, forks {f0}, {args.repeat} repetitions "
-           f"interleaved (median, min-max)", "",
-           "| hosts | ping | no-op rerun | audit | rerun / ping | audit / ping |",
-           "|---|---|---|---|---|---|"]
-    for row in rows:
-        out.append(f"| {row['hosts']} | {fmt(row['ping'])} | {fmt(row['rerun'])} | {fmt(row['audit'])} | "
-                   f"{row['ratio_rerun']['of_medians']:.2f} ({row['ratio_rerun']['min']:.2f}-{row['ratio_rerun']['max']:.2f}) | "
-                   f"{row['ratio_audit']['of_medians']:.2f} ({row['ratio_audit']['min']:.2f}-{row['ratio_audit']['max']:.2f}) |")
-    out += ["", f"| per-host slope, {sizes[0]} to {biggest} hosts | s/host (fit of the medians) | "
-                "per repetition (median, min-max) | x ping's slope |", "|---|---|---|---|"]
-    for k in KINDS:
-        out.append(f"| {k} | {fits[k]['slope']:.3f} | {fmt(slopes[k], '', 3)} | "
-                   f"{'1.00' if k == 'ping' else '%.2f' % slope_ratio[k]} |")
-    out += ["", f"| 1,000 hosts (extrapolated) | forks {f0} | forks 50 | measured at {biggest} hosts, forks 50 |",
-            "|---|---|---|---|"]
-    for k in KINDS:
-        e = extra[k]
-        out.append(f"| {k} | {e['forks20']:.0f}s | {e.get('forks50', float('nan')):.0f}s | "
-                   f"{fmt(e['measured50']) if 'measured50' in e else '-'} |")
-    out += ["", "| run | remote module executions per host (max / mean) | changed |", "|---|---|---|"]
-    out.append(f"| bare install + start ({sizes[0]} fresh hosts) | {s_bare['remote_max']} / {s_bare['remote_mean']} | "
-               f"{s_bare['changed']} |")
-    out.append(f"| first remediation ({len(c_first)} fresh hosts of {biggest} converged in {t_first:.0f}s) | "
-               f"{s_first['remote_max']} / {s_first['remote_mean']} | {s_first['changed']} |")
-    for k in KINDS:
-        s = data["last_at_biggest"][k]
-        out.append(f"| {k} (last, {biggest} hosts) | {s['remote_max']} / {s['remote_mean']} | {s['changed']} |")
-    out += ["", f"changed over all no-op reruns and audits: {changed_total}; "
-                f"restarts per host during them: {restarts}", "",
-            f"- rerun <= {TARGET} x ping at 50 hosts: {'met' if ok_rerun else 'NOT met'}",
-            f"- audit <= {TARGET} x ping at 50 hosts: {'met' if ok_audit else 'NOT met'}",
-            f"- rerun slope <= {TARGET} x ping's slope: {'met' if ok_slope else 'NOT met'}",
-            f"- first remediation <= 12 remote executions per host: {'met' if ok_first else 'NOT met'}",
-            f"- 0 changed, 0 restarts: {'met' if ok_quiet else 'NOT met'}"]
-    text = "\n".join(out) + "\n"
     print(text, end="")
     (out_dir / "scale.md").write_text(text)
     if plot(out_dir / "scale.json", out_dir / "scale.png"):
@@ -238,4 +293,4 @@ def scale(args) -> int:
     log(f"written to {out_dir}/scale.{{md,json}}; per-run logs in {CACHE / 'logs'}")
     if not args.keep:
         subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=True)
-    return 0 if (ok_rerun and ok_audit and ok_slope and ok_quiet and ok_first) else 1
+    return 0 if all(ok.values()) else 1
