@@ -94,8 +94,9 @@ def test_the_readmes_table_is_the_public_surface_ansible_doc_lists():
     readme = (REPO / "README.md").read_text()
     table = readme.split("| content | FQCN |", 1)[1].split("\n\n", 1)[0]
     rows = {m.group(1): set(re.findall(r"`(?:fleetops\.sglang\.)?([a-z0-9_]+)`", m.group(2)))
-            for m in re.finditer(r"^\| (modules|filters|callbacks) \| (.*) \|$", table, re.M)}
-    for kind, row in (("module", "modules"), ("filter", "filters"), ("callback", "callbacks")):
+            for m in re.finditer(r"^\| (modules|filters|callbacks|strategies) \| (.*) \|$", table, re.M)}
+    for kind, row in (("module", "modules"), ("filter", "filters"), ("callback", "callbacks"),
+                      ("strategy", "strategies")):
         listed = _listed(kind)
         assert not any(name.startswith("_") for name in listed), listed
         assert rows[row] == listed, (kind, sorted(rows[row] ^ listed))

@@ -11,7 +11,10 @@ of the fast path in the probe's own worker, around the one remote call:
    task does) and against the input rules of plugins/module_utils/_inputs.py,
    the same function, and so the same messages, as the preflight task;
 2. ``files.<name>.template`` is rendered here (the template lookup, as the template
-   task would) and only its sha256 goes to the host;
+   task would) and only its sha256 goes to the host. The hosts of one run mostly share
+   their inputs, so the sha256 is kept per exact input set (the template's source and
+   the templated value of every variable it reads) in the run's local temporary
+   directory, which its forked workers share; see ``RenderCache``;
 3. the module runs on the host (one call, as without this plugin);
 4. with ``report``, a compliant host gets its fleet report row (the
    ``sglang_remediation`` fact); with ``needs_work_group``, a host that needs more joins
@@ -20,8 +23,15 @@ of the fast path in the probe's own worker, around the one remote call:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 
+import jinja2
+from jinja2 import meta as jinja2_meta
+from jinja2 import nodes as jinja2_nodes
+
+from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -40,6 +50,115 @@ display = Display()
 MODULE = "fleetops.sglang.sglang_probe"
 # Options this plugin consumes; the module on the host never receives them.
 CONTROLLER_OPTIONS = ("role_checks", "report", "needs_work_group", "fast_path")
+
+
+# Variables whose value is the whole inventory or play (no cache key can hold them), filters and
+# global functions whose answer is not a function of their arguments: a template that uses any
+# of them is rendered for every host.
+UNCACHEABLE_NAMES = frozenset(("hostvars", "vars", "groups", "play_hosts", "ansible_play_hosts",
+                               "ansible_play_hosts_all", "ansible_play_batch"))
+IMPURE_FILTERS = frozenset(("random", "shuffle", "password_hash", "strftime", "random_mac"))
+PURE_GLOBALS = frozenset(("range", "dict"))
+# What the template lookup adds for the template itself: functions of the file, its owner, the
+# controller's name and the managed string's setting, which the key holds instead of the values.
+# template_run_date is the time of the render: a template that reads it is rendered every time.
+TEMPLATE_VARS = frozenset(("ansible_managed", "template_host", "template_path", "template_mtime", "template_uid",
+                           "template_destpath", "template_fullpath"))
+
+
+class AnyName(dict):
+    """A filter or test table that has every name (for the analysis of template_inputs only)."""
+
+    def get(self, key, default=None):
+        return any_value
+
+    def __contains__(self, key):
+        return True
+
+
+def any_value(*args, **kwargs):
+    return None
+
+
+def template_inputs(source):
+    """The free variables of a template's source, or None when its rendering is not a function
+    of them alone (a global function such as lookup, query or now; an impure filter; a variable
+    holding the inventory).
+
+    Parsed with Jinja2's own parser: every name the template reads and does not set itself.
+    """
+    env = jinja2.Environment(extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do"])
+    # Jinja2's analysis compiles the template, which needs every filter and test by name; only
+    # the names matter here (Ansible's, the collections').
+    env.filters, env.tests = AnyName(), AnyName()
+    try:
+        tree = env.parse(source)
+        names = sorted(jinja2_meta.find_undeclared_variables(tree))
+    except jinja2.TemplateError:
+        return None
+    for node in tree.find_all((jinja2_nodes.Filter, jinja2_nodes.Test, jinja2_nodes.Call)):
+        if isinstance(node, jinja2_nodes.Call):
+            if isinstance(node.node, jinja2_nodes.Name) and node.node.name not in PURE_GLOBALS:
+                return None
+        elif node.name.rsplit(".", 1)[-1] in IMPURE_FILTERS:
+            return None
+    if UNCACHEABLE_NAMES.intersection(names):
+        return None
+    return names
+
+
+class RenderCache:
+    """The sha256 of a rendered template per exact input set, shared by one run's forked workers.
+
+    The key is the sha256 of the template's path and source and of the templated value of
+    every variable the template reads (``template_inputs``), as JSON. A value JSON cannot
+    hold exactly (a date, an object) makes the template uncacheable: it is rendered every
+    time. Entries are files in ``directory`` (by default the run's local temporary
+    directory, removed when the run ends), written whole with a rename, so a worker reads
+    either nothing or a complete entry.
+    """
+
+    def __init__(self, directory=None):
+        self.directory = directory or os.path.join(C.DEFAULT_LOCAL_TMP, "fleetops_sglang_render")
+
+    @staticmethod
+    def key(path, source, values):
+        """The entry's name, or None when a value has no exact JSON form."""
+        try:
+            blob = json.dumps([path, source, values], sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            return None
+        return hashlib.sha256(to_bytes(blob, errors="surrogate_or_strict")).hexdigest()
+
+    def get(self, key):
+        try:
+            with open(os.path.join(self.directory, key)) as handle:
+                value = handle.read()
+        except OSError:
+            return None
+        return value if len(value) == 64 else None
+
+    def put(self, key, value):
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(value)
+            os.replace(tmp, os.path.join(self.directory, key))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next host a render
+
+    def json_of(self, key, compute):
+        """A JSON value kept under ``key`` (computed once per run): the parsed spec, a template's inputs."""
+        path = os.path.join(self.directory, key)
+        try:
+            with open(path) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            pass
+        value = compute()
+        self.put(key, json.dumps(value))
+        return value
 
 
 def spec_errors(spec, values):
@@ -75,12 +194,21 @@ class ActionModule(ActionBase):
 
     def _main_spec(self, role):
         """The options of the role's entry point main, read from its meta/argument_specs.yml as it is shipped
-        (through the loader's public API and its cache, not the role's private reader)."""
+        (through the loader's public API, once per run: the parsed options are kept in the run's cache)."""
         path = os.path.join(role.get_role_path(), "meta", "argument_specs.yml")
         if not os.path.isfile(path):
             return {}
-        data = self._loader.load_from_file(path) or {}
-        return ((data.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+        stat = os.stat(path)
+
+        def load():
+            data = self._loader.load_from_file(path) or {}
+            return ((data.get("argument_specs") or {}).get("main") or {}).get("options") or {}
+
+        key = "spec-" + hashlib.sha256(to_bytes("%s:%d:%d" % (path, stat.st_mtime_ns, stat.st_size))).hexdigest()
+        return self._cache().json_of(key, load)
+
+    def _cache(self):
+        return RenderCache()
 
     def _role_errors(self, task_vars):
         """(message, errors) of the role's two checks, the first that fails; (None, []) when both pass."""
@@ -101,10 +229,50 @@ class ActionModule(ActionBase):
         return None, []
 
     def _render_sha256(self, template, task_vars):
-        """sha256 of the role's template as the template task writes it (the content stays here)."""
+        """sha256 of the role's template as the template task writes it (the content stays here).
+
+        Rendered with the template lookup (as the template task renders it) once per exact
+        input set of the run; the other hosts with the same inputs read its sha256 from the
+        run's ``RenderCache``.
+        """
         lookup = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=self._templar)
+        key = self._render_key(lookup, template, task_vars)
+        cache = self._cache()
+        if key is not None:
+            cached = cache.get(key)
+            if cached is not None:
+                return cached
         content = lookup.run([template], variables=task_vars)[0]
-        return hashlib.sha256(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
+        digest = hashlib.sha256(to_bytes(content, errors="surrogate_or_strict")).hexdigest()
+        if key is not None:
+            cache.put(key, digest)
+        return digest
+
+    def _render_key(self, lookup, template, task_vars):
+        """The cache key of this render (see RenderCache), or None when it must be rendered."""
+        path = lookup.find_file_in_search_path(task_vars, "templates", template)
+        if not path:
+            return None  # the lookup's own render says that the file is missing
+        with open(path, "rb") as handle:
+            source = handle.read().decode("utf-8", errors="surrogateescape")
+        cache = self._cache()
+        names = cache.json_of("inputs-" + hashlib.sha256(to_bytes(source, errors="surrogate_or_strict")).hexdigest(),
+                              lambda: template_inputs(source))
+        if names is None:
+            return None
+        # What the lookup adds (ansible_managed and the template_* variables) unless a variable of the
+        # same name is set: keyed by what the lookup derives them from.
+        added = [n for n in names if n not in task_vars]
+        if not TEMPLATE_VARS.issuperset(added):
+            return None  # read through a default, a test of definedness or template_run_date: render it
+        values = {name: self._templar.template(task_vars[name]) for name in names if name in task_vars}
+        if added:
+            managed = C.config.get_config_value("DEFAULT_MANAGED_STR")
+            if "{{" in managed or "{%" in managed:
+                return None
+            stat = os.stat(path)
+            values["(template lookup)"] = [template, stat.st_mtime_ns, stat.st_uid, os.uname()[1], managed]
+        return RenderCache.key(path, source, values)
 
     def _join(self, group):
         """Put this host in ``group`` (the rollout's hosts), as group_by would."""

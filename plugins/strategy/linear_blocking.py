@@ -1,0 +1,65 @@
+# Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""ansible.builtin.linear, except that the controller waits for a free fork instead of polling for one.
+
+When every fork is busy, the linear strategy's _queue_task loops over the workers asking
+each whether it is alive, sleeping 0.1 ms per round: the controller's main process keeps
+one core busy for as long as the hosts outnumber the forks. On a compliant fleet's probe
+pass that loop was the largest entry of the controller's profile (bench/RESULTS.md). This
+strategy blocks on the workers' process sentinels (a descriptor that becomes readable when
+the process ends) until one exits, serving the workers' requests to the controller every
+5 ms meanwhile, then queues the task exactly as the linear strategy does.
+"""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: linear_blocking
+short_description: The linear strategy, with no busy wait for a free fork
+version_added: "2.1.0"
+description:
+  - Runs tasks exactly as P(ansible.builtin.linear#strategy) (the default strategy) does, host by host in lockstep,
+    with the same results, handlers, C(serial), C(throttle) and failure handling. It is that strategy, with one
+    step changed.
+  - When every fork is busy, the linear strategy polls the workers in a loop that keeps one controller core busy
+    until a fork is free. This strategy sleeps on the workers' process sentinels instead, waking when one ends
+    (and every 5 ms to serve the workers' requests to the controller).
+  - The controller's CPU time drops by the time it would have spent polling, which grows with the number of hosts
+    per fork and with how long each host's task takes. Select it with C(strategy = fleetops.sglang.linear_blocking)
+    in the C([defaults]) section of C(ansible.cfg), or the C(strategy) keyword of a play.
+author:
+  - SGLang remediation maintainers (@fleetops)
+"""
+
+from multiprocessing.connection import wait
+
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+
+# How often the workers' requests to the controller are served while every fork is busy.
+RPC_INTERVAL = 0.005
+
+
+def busy_workers(workers):
+    """The workers that still run a task (None: a slot never used)."""
+    return [w for w in workers if w is not None and w.is_alive()]
+
+
+class StrategyModule(LinearStrategyModule):
+    """ansible.builtin.linear with a blocking wait for a free fork."""
+
+    def _wait_for_free_fork(self, task):
+        """Return once a fork is free (the linear strategy's own loop then takes it at once).
+
+        A throttled task keeps the linear strategy's loop: its limit is a share of the forks.
+        """
+        if getattr(task, "throttle", 0):
+            return
+        while not self._tqm._terminated:
+            busy = busy_workers(self._workers)
+            if len(busy) < len(self._workers):
+                return
+            self._process_rpc_queue()
+            wait([w.sentinel for w in busy], timeout=RPC_INTERVAL)
+
+    def _queue_task(self, host, task, task_vars, play_context):
+        self._wait_for_free_fork(task)
+        return super()._queue_task(host, task, task_vars, play_context)

@@ -1,0 +1,86 @@
+"""plugins/strategy/linear_blocking.py against ansible.builtin.linear, on real ansible-playbook runs.
+
+The same play (more hosts than forks, a failing host, a throttled task, serial batches)
+gives the same recap under both; with every fork busy the controller's main process
+waits on the workers under linear_blocking instead of polling them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+
+PLAY = """
+- hosts: all
+  gather_facts: false
+  serial: "{{ batch | default(0) | int or omit }}"
+  tasks:
+    - name: Work that keeps every fork busy
+      ansible.builtin.command: sleep {{ pause }}
+      changed_when: false
+    - name: One host fails
+      ansible.builtin.fail:
+        msg: planned
+      when: inventory_hostname == 'h3'
+    - name: A throttled task keeps the linear strategy's own limit
+      ansible.builtin.command: "true"
+      throttle: 2
+      changed_when: false
+      when: not only_wait
+"""
+
+
+def run(tmp_path, strategy, hosts=12, forks=3, pause="0.4", batch=0, only_wait=False):
+    (tmp_path / "play.yml").write_text(PLAY)
+    (tmp_path / "hosts").write_text(
+        "[all]\n" + "".join(f"h{i} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+                            for i in range(1, hosts + 1)))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STRATEGY=strategy,
+               ANSIBLE_CALLBACKS_ENABLED="ansible.posix.timer", ANSIBLE_FORKS=str(forks))
+    cmd = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", str(tmp_path / "hosts"), str(tmp_path / "play.yml"),
+           "-e", f"pause={pause} batch={batch}", "-e", '{"only_wait": %s}' % str(only_wait).lower()]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The main process's (not its workers') voluntary context switches, read until it exits: a
+    # process that polls with short sleeps switches at every sleep, one that waits on its workers
+    # only when one ends or every few milliseconds. Counts, unlike CPU seconds, do not depend on
+    # how busy the machine is.
+    switches = 0
+    while proc.poll() is None:
+        try:
+            for line in open(f"/proc/{proc.pid}/status"):
+                if line.startswith("voluntary_ctxt_switches:"):
+                    switches = int(line.split()[1])
+        except OSError:
+            pass
+        time.sleep(0.05)
+    out = proc.stdout.read()
+    res = subprocess.CompletedProcess(cmd, proc.returncode, out)
+    recap = sorted(re.findall(r"^(h\d+)\s+: (.*)$", out, re.M))
+    return res, recap, switches
+
+
+@pytest.mark.parametrize("batch", [0, 5])
+def test_the_same_recap_as_the_linear_strategy(tmp_path, batch):
+    linear, recap_linear, _ = run(tmp_path, "ansible.builtin.linear", pause="0.1", batch=batch)
+    blocking, recap_blocking, _ = run(tmp_path, "fleetops.sglang.linear_blocking", pause="0.1", batch=batch)
+    assert linear.returncode == blocking.returncode == 2, blocking.stdout[-3000:]
+    assert recap_blocking == recap_linear
+    assert len(recap_blocking) == 12
+    assert any(h == "h3" and "failed=1" in r for h, r in recap_blocking)
+    assert all("ok=2" in r and "skipped=1" in r for h, r in recap_blocking if h != "h3")
+
+
+def test_the_controller_does_not_poll_while_every_fork_is_busy(tmp_path):
+    # 6 hosts on 2 forks, 3 s each: about 6 s with every fork busy, which the linear
+    # strategy's main process spends polling and linear_blocking's asleep.
+    switches = {}
+    for strategy in ("ansible.builtin.linear", "fleetops.sglang.linear_blocking"):
+        res, recap, switches[strategy] = run(tmp_path, strategy, hosts=6, forks=2, pause="3", only_wait=True)
+        assert res.returncode == 2 and len(recap) == 6, res.stdout[-3000:]
+    assert switches["fleetops.sglang.linear_blocking"] < 0.5 * switches["ansible.builtin.linear"], switches
