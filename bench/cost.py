@@ -70,7 +70,10 @@ def container_files(names: list[str], root: Path = CGROUP) -> dict[str, Path]:
 
 
 def engine_seconds(proc: Path = Path("/proc")) -> float:
-    """CPU seconds (user + system, own and waited-for children) of the container engine's processes."""
+    """CPU seconds (user + system) of the container engine's own processes.
+
+    Their own time only: a shim's waited-for children are the container's processes, which
+    the container's cgroup counts already."""
     total = 0
     for stat in proc.glob("[0-9]*/stat"):
         try:
@@ -80,7 +83,7 @@ def engine_seconds(proc: Path = Path("/proc")) -> float:
         comm = text[text.index("(") + 1:text.rindex(")")]
         if comm in ENGINE or comm.startswith("containerd-shim"):
             fields = text[text.rindex(")") + 2:].split()
-            total += sum(int(f) for f in fields[11:15])
+            total += int(fields[11]) + int(fields[12])
     return total / TICK
 
 

@@ -43,7 +43,7 @@ def py_spy() -> Path:
 
 
 def parse(lines):
-    """(role, frames, count) per collapsed stack: role main, worker or other (anything below a worker)."""
+    """(role, frames, count) per collapsed stack: role main, worker or other (a process a worker started)."""
     for line in lines:
         line = line.rstrip("\n")
         if not line:
@@ -52,13 +52,8 @@ def parse(lines):
         parts = stack.split(";")
         procs = [p for p in parts if PROCESS.match(p)]
         frames = [p for p in parts if not PROCESS.match(p)]
-        ansible = [p for p in procs if "ansible" in PROCESS.match(p).group(1)]
-        if len(procs) == 1:
-            role = "main"
-        elif len(procs) == 2 and len(ansible) == 2:
-            role = "worker"
-        else:
-            role = "other"
+        # The tree's depth says the role: the command lines do not (py-spy may read the first as "").
+        role = {1: "main", 2: "worker"}.get(len(procs), "other")
         yield role, frames, int(count)
 
 
@@ -117,7 +112,7 @@ def main() -> int:
         ap.error("the ansible command to profile follows --")
     args.out.mkdir(parents=True, exist_ok=True)
     stacks = args.out / "stacks.txt"
-    res = subprocess.run([str(py_spy()), "record", "--subprocesses", "--rate", str(args.rate), "--format", "raw",
+    res = subprocess.run([str(py_spy()), "record", "--subprocesses", "--gil", "--rate", str(args.rate), "--format", "raw",
                           "--output", str(stacks), "--", *cmd], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     (args.out / "run.log").write_text(res.stdout)
