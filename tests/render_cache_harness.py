@@ -118,6 +118,14 @@ def main(cache_dir: Path) -> dict:
                        ("managed.j2", "{{ ansible_managed }}")):
         (own / name).write_text(text)
         keys[name] = probe._render_key(lookup, name, dict(base, ansible_search_path=[str(own.parent)]))
+    keys["missing.j2"] = probe._render_key(lookup, "missing.j2", dict(base, ansible_search_path=[str(own.parent)]))
+    config = action.C.config
+    real = config.get_config_value
+    config.get_config_value = lambda name, *a, **k: "{{ who }} managed" if name == "DEFAULT_MANAGED_STR" else real(name, *a, **k)
+    try:
+        keys["managed_templated"] = probe._render_key(lookup, "managed.j2", dict(base, ansible_search_path=[str(own.parent)]))
+    finally:
+        config.get_config_value = real
     out["keys"] = keys
     out["no_json"] = [action.RenderCache.key("p", "s", {"a": datetime.date(2026, 1, 1)}),
                       action.RenderCache.key("p", "s", {"a": float("nan")})]

@@ -69,7 +69,8 @@ def test_inputs_of_a_template_are_its_free_variables_and_impure_templates_are_no
     assert action.template_inputs("{{ x | fleetops.sglang.flag_lines }} {{ range(3) | list }}") == ["x"]
     for impure in ("{{ lookup('env', 'HOME') }}", "{{ query('x') }}", "{{ now() }}", "{{ [1, 2] | shuffle }}",
                    "{{ 5 | random }}", "{{ '%Y' | strftime }}", "{{ hostvars[inventory_hostname].x }}",
-                   "{{ groups.all }}", "{{ vars['x'] }}", "{% if %}"):
+                   "{{ groups.all }}", "{{ vars['x'] }}", "{% if %}", "{% include 'other.j2' %}",
+                   "{% import 'macros.j2' as m %}{{ m.f() }}", "{% from 'm.j2' import f %}", "{% extends 'base.j2' %}"):
         assert action.template_inputs(impure) is None, impure
 
 
@@ -80,6 +81,24 @@ def test_a_template_that_reads_an_unset_variable_or_the_render_time_is_rendered_
     # ansible_managed, added by the lookup, is keyed by what the lookup derives it from.
     assert keys["managed.j2"] is not None
     assert renders["no_json"] == [None, None]
+    # A template the search path does not have is left to the lookup, which names it.
+    assert keys["missing.j2"] is None
+    # A managed string that is itself a template depends on more than the lookup's inputs.
+    assert keys["managed_templated"] is None
+
+
+def test_a_cache_that_cannot_be_written_or_holds_a_torn_value_is_computed_again(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    cache = action.RenderCache(str(blocked / "sub"))
+    cache.put("k", "a" * 64)  # no directory can be made under a file: nothing is kept, nothing raised
+    assert cache.get("k") is None
+    assert cache.json_of("j", lambda: [1, 2]) == [1, 2]
+    good = action.RenderCache(str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "j").write_text("[1,")
+    assert good.json_of("j", lambda: ["again"]) == ["again"]
+    assert good.json_of("j", lambda: ["not called"]) == ["again"]
 
 
 def test_a_torn_entry_is_not_read(tmp_path):

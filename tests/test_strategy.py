@@ -84,3 +84,43 @@ def test_the_controller_does_not_poll_while_every_fork_is_busy(tmp_path):
         res, recap, switches[strategy] = run(tmp_path, strategy, hosts=6, forks=2, pause="3", only_wait=True)
         assert res.returncode == 2 and len(recap) == 6, res.stdout[-3000:]
     assert switches["fleetops.sglang.linear_blocking"] < 0.5 * switches["ansible.builtin.linear"], switches
+
+
+def test_the_wait_ends_when_a_fork_frees_or_the_run_is_stopped():
+    """The wait itself, on stand-in workers: it returns at once with a free slot, for a throttled
+    task, and when the run is being stopped; otherwise it waits on the busy workers' sentinels."""
+    import subprocess as sp
+    from types import SimpleNamespace
+
+    from conftest import COLLECTIONS_PATH  # noqa: F401  (puts the collection on sys.path)
+
+    from ansible_collections.fleetops.sglang.plugins.strategy import linear_blocking as lb
+
+    strategy = lb.StrategyModule.__new__(lb.StrategyModule)
+    strategy._process_rpc_queue = lambda: None
+    strategy._tqm = SimpleNamespace(_terminated=False)
+    task = SimpleNamespace(throttle=0)
+    strategy._workers = [None, SimpleNamespace(is_alive=lambda: False)]
+    started = time.monotonic()
+    strategy._wait_for_free_fork(task)
+    assert time.monotonic() - started < 0.5
+    # Every fork busy: a real child's pidfd is its sentinel; the wait ends when it exits.
+    proc = sp.Popen(["sleep", "0.6"])
+    pidfd = os.pidfd_open(proc.pid)
+    strategy._workers = [SimpleNamespace(is_alive=lambda: proc.poll() is None, sentinel=pidfd)]
+    started = time.monotonic()
+    strategy._wait_for_free_fork(task)
+    assert 0.4 < time.monotonic() - started < 5
+    # Throttled, or the run stopping: no wait at all.
+    busy = sp.Popen(["sleep", "30"])
+    strategy._workers = [SimpleNamespace(is_alive=lambda: busy.poll() is None, sentinel=os.pidfd_open(busy.pid))]
+    try:
+        for t, terminated in ((SimpleNamespace(throttle=2), False), (task, True)):
+            strategy._tqm._terminated = terminated
+            started = time.monotonic()
+            strategy._wait_for_free_fork(t)
+            assert time.monotonic() - started < 0.5
+    finally:
+        busy.kill()
+        busy.wait()
+        proc.wait()

@@ -82,8 +82,8 @@ def any_value(*args, **kwargs):
 
 def template_inputs(source):
     """The free variables of a template's source, or None when its rendering is not a function
-    of them alone (a global function such as lookup, query or now; an impure filter; a variable
-    holding the inventory).
+    of them alone (another template included, imported or extended; a global function such as
+    lookup, query or now; an impure filter; a variable holding the inventory).
 
     Parsed with Jinja2's own parser: every name the template reads and does not set itself.
     """
@@ -95,6 +95,10 @@ def template_inputs(source):
         tree = env.parse(source)
         names = sorted(jinja2_meta.find_undeclared_variables(tree))
     except jinja2.TemplateError:
+        return None
+    # Another template pulled in (include, import, extends) reads variables and a source the key would not hold.
+    if next(tree.find_all((jinja2_nodes.Include, jinja2_nodes.Import, jinja2_nodes.FromImport, jinja2_nodes.Extends)),
+            None) is not None:
         return None
     for node in tree.find_all((jinja2_nodes.Filter, jinja2_nodes.Test, jinja2_nodes.Call)):
         if isinstance(node, jinja2_nodes.Call):
