@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -229,18 +230,42 @@ def site_file(venv: Path, rel: str) -> Path:
 # The GPU-less test double (tests/double_harness.py) and the real files it judges.
 
 
+# Where scripts/wheelhouse puts the wheels the scenarios install (scripts/test fills it before the
+# unit tests run).
+WHEELHOUSE = REPO / ".cache" / "wheelhouse"
+
+
+def wheel_059() -> Path:
+    """SGLang 0.5.9's wheel: the wheelhouse's, else the download cache's, else downloaded into that cache.
+
+    A download that fails fails the test (no skip: a CI run must not lose these tests quietly),
+    saying what to fetch and how.
+    """
+    name = "sglang-0.5.9-py3-none-any.whl"
+    for wheel in (WHEELHOUSE / name, WHEEL_CACHE / name):
+        if wheel.is_file():
+            return wheel
+    wheel = WHEEL_CACHE / name
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        error = "" if proc.returncode == 0 and wheel.is_file() else (
+            proc.stderr[-500:] or "exit status %d, no %s" % (proc.returncode, wheel))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        error = str(exc)
+    if error:
+        pytest.fail("cannot fetch the sglang 0.5.9 wheel (%s), and neither %s nor %s holds it: fetch it where "
+                    "the package index can be reached with\n  %s\n(or: scripts/wheelhouse %s 0.5.9), then rerun. "
+                    "pip said:\n%s" % (name, WHEELHOUSE, WHEEL_CACHE,
+                                       " ".join(shlex.quote(c) for c in cmd), WHEELHOUSE, error), pytrace=False)
+    return wheel
+
+
 @pytest.fixture(scope="session")
 def real_059() -> Dict[str, str]:
-    """Pristine SGLang 0.5.9 files from the released wheel (downloaded once, cached)."""
-    wheel = WHEEL_CACHE / "sglang-0.5.9-py3-none-any.whl"
-    if not wheel.exists():
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "sglang==0.5.9", "-d", str(WHEEL_CACHE)],
-            capture_output=True, text=True, timeout=600,
-        )
-        if proc.returncode != 0 or not wheel.exists():
-            pytest.skip("cannot fetch the sglang 0.5.9 wheel: %s" % proc.stderr[-500:])
+    """Pristine SGLang 0.5.9 files from the released wheel (wheelhouse, cache, or downloaded once)."""
+    wheel = wheel_059()
     with zipfile.ZipFile(wheel) as zf:
         files = {
             "deepseek_v2": zf.read("sglang/srt/models/deepseek_v2.py").decode(),
