@@ -14,21 +14,44 @@ or never seen false, and exits 1 when a task that never ran is not listed, with 
 reason, in molecule/shared/coverage-exceptions.yml (keyed "file: task name", which
 survives edits that move lines). ansible-core finds a broken condition only when
 its branch runs: a branch no test takes is where a rollback crashes at 3 a.m.
+
+Coverage means executed: a task ran when it returned ok or changed at least once.
+One seen only failing ran only if the failure was its own (a module's, an assert's)
+and the task is either a fail task (failing is what it does) or listed, with the
+scenario that fails it and why, in molecule/shared/expected-failures.yml; unlisted,
+it is printed with its message as never ran. A failure raised by evaluating a
+condition or templating the task (an undefined variable, a broken ``when``) never
+counts, listed or not, and cannot be excused.
+
+Switches: every ``when`` item written in the role (on a task, a block or an
+import_tasks) that names a documented switch -- a variable of the role's argument
+specs of type bool or with choices, or one whose default is a boolean -- should be
+seen both true and false on some host. Those seen one way only (or never) are
+printed as advisory; ``--switches-strict`` (or SGLANG_COVERAGE_SWITCHES_STRICT=1)
+fails on them.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import json
+import os
+import re
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("roles/sglang/tasks/*.yml", "roles/sglang/handlers/*.yml", "playbooks/*.yml")
 EXCEPTIONS = REPO / "molecule" / "shared" / "coverage-exceptions.yml"
+EXPECTED_FAILURES = REPO / "molecule" / "shared" / "expected-failures.yml"
+ROLE = "roles/sglang"
+# A failure of one of these is the task doing its job.
+FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail")
+# Failures that never make a task count as run: a condition or a template raised.
+BROKEN = ("conditional", "template")
 STATIC_ACTIONS = ("import_tasks", "import_role", "import_playbook", "ansible.builtin.import_tasks",
                   "ansible.builtin.import_role", "ansible.builtin.import_playbook")
 TASK_LISTS = ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always")
@@ -82,8 +105,16 @@ def static_tasks(repo: Path = REPO) -> Dict[str, str]:
     return dict(found)
 
 
+def _messages(into: Dict[str, List[str]], more: Dict[str, List[str]], keep: int = 3) -> None:
+    for kind, msgs in more.items():
+        kept = into.setdefault(kind, [])
+        for msg in msgs:
+            if msg not in kept and len(kept) < keep:
+                kept.append(msg)
+
+
 def merge(files: Iterable[Path]) -> Dict[str, Dict]:
-    """The per-process records added up."""
+    """The per-process records added up (files of the older format, without "ok", count every run as ok)."""
     merged: Dict[str, Dict] = {}
     for path in files:
         try:
@@ -91,9 +122,16 @@ def merge(files: Iterable[Path]) -> Dict[str, Dict]:
         except (OSError, ValueError):
             continue
         for key, rec in tasks.items():
-            out = merged.setdefault(key, {"name": rec.get("name", ""), "ran": 0, "skipped": 0, "conditions": {}})
+            out = merged.setdefault(key, {"name": rec.get("name", ""), "action": "", "ran": 0, "ok": 0, "failed": 0,
+                                          "skipped": 0, "failures": {}, "failure_messages": {}, "conditions": {}})
+            out["action"] = out["action"] or rec.get("action", "")
             out["ran"] += rec.get("ran", 0)
+            out["ok"] += rec.get("ok", rec.get("ran", 0) - rec.get("failed", 0))
+            out["failed"] += rec.get("failed", 0)
             out["skipped"] += rec.get("skipped", 0)
+            for kind, n in rec.get("failures", {}).items():
+                out["failures"][kind] = out["failures"].get(kind, 0) + n
+            _messages(out["failure_messages"], rec.get("failure_messages", {}))
             for cond, counts in rec.get("conditions", {}).items():
                 c = out["conditions"].setdefault(cond, {"true": 0, "false": 0})
                 c["true"] += counts.get("true", 0)
@@ -109,38 +147,191 @@ def load_exceptions(path: Path = EXCEPTIONS) -> Dict[str, str]:
     return {"%s: %s" % (file, task): reason for file, tasks in data.items() for task, reason in tasks.items()}
 
 
-def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str, str]) -> Dict[str, List[str]]:
-    never, excused, never_true, never_false = [], [], [], []
+def load_expected_failures(path: Path = EXPECTED_FAILURES) -> Dict[str, str]:
+    """"file: task name" -> "scenario: why" for the tasks the suite fails on purpose and runs no other way."""
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text()) or {}
+    out = {}
+    for file, tasks in data.items():
+        for task, entry in (tasks or {}).items():
+            if isinstance(entry, dict):
+                entry = "%s: %s" % (entry.get("scenario", "?"), " ".join(str(entry.get("why", "")).split()))
+            out["%s: %s" % (file, task)] = str(entry)
+    return out
+
+
+def switch_names(repo: Path = REPO) -> Set[str]:
+    """The role's documented switches: options of any entry point of type bool or with choices,
+    and variables whose default is a boolean."""
+    names: Set[str] = set()
+    specs = repo / ROLE / "meta" / "argument_specs.yml"
+    if specs.exists():
+        for spec in ((yaml.safe_load(specs.read_text()) or {}).get("argument_specs") or {}).values():
+            for name, opt in ((spec or {}).get("options") or {}).items():
+                if isinstance(opt, dict) and (opt.get("type") == "bool" or opt.get("choices")):
+                    names.add(name)
+    defaults = repo / ROLE / "defaults" / "main.yml"
+    if defaults.exists():
+        names |= {k for k, v in (yaml.safe_load(defaults.read_text()) or {}).items() if isinstance(v, bool)}
+    return names
+
+
+def _when(item: yaml.MappingNode) -> List[str]:
+    node = _key(item, "when")
+    nodes = node.value if isinstance(node, yaml.SequenceNode) else [node] if node is not None else []
+    return [n.value for n in nodes if isinstance(n, yaml.ScalarNode) and not n.tag.endswith(":bool")]
+
+
+def _walk_conditions(seq: yaml.Node, rel: str, repo: Path, written: Dict[str, Dict], stack: Tuple[str, ...]) -> List[str]:
+    """The task keys under seq (imports resolved); records each ``when`` written there with the tasks it guards."""
+    keys: List[str] = []
+    if not isinstance(seq, yaml.SequenceNode):
+        return keys
+    for item in seq.value:
+        if not isinstance(item, yaml.MappingNode):
+            continue
+        names = {k.value for k, _ in item.value if isinstance(k, yaml.ScalarNode)}
+        key = "%s:%d" % (rel, item.start_mark.line + 1)
+        if "block" in names:
+            here = []
+            for sub in ("block", "rescue", "always"):
+                child = _key(item, sub)
+                if child is not None:
+                    here += _walk_conditions(child, rel, repo, written, stack)
+        elif names & set(STATIC_ACTIONS):
+            here = []
+            action = next(iter(names & {"import_tasks", "ansible.builtin.import_tasks"}), None)
+            target = _key(item, action) if action else None
+            if isinstance(target, yaml.ScalarNode) and "{{" not in target.value:
+                path = (repo / rel).parent / target.value
+                if path.exists() and str(path) not in stack:
+                    here = _file_conditions(path, repo, written, stack + (str(path),))
+        else:
+            here = [key]
+        conds = _when(item)
+        if conds:
+            name_node = _key(item, "name")
+            written[key] = {"name": name_node.value if isinstance(name_node, yaml.ScalarNode) else "",
+                            "conditions": conds, "tasks": here}
+        keys += here
+    return keys
+
+
+def _file_conditions(path: Path, repo: Path, written: Dict[str, Dict], stack: Tuple[str, ...]) -> List[str]:
+    doc = yaml.compose(path.read_text())
+    return _walk_conditions(doc, str(path.relative_to(repo)), repo, written, stack) if doc is not None else []
+
+
+def written_conditions(repo: Path = REPO) -> Dict[str, Dict]:
+    """Every ``when`` written in the role: "file:line" of its task, block or import ->
+    {"name", "conditions": [items], "tasks": [the task keys it guards]}."""
+    written: Dict[str, Dict] = {}
+    for pattern in SOURCES:
+        if pattern.startswith(ROLE):
+            for path in sorted(glob.glob(str(repo / pattern))):
+                _file_conditions(Path(path), repo, written, (path,))
+    return written
+
+
+def switches(written: Dict[str, Dict], merged: Dict[str, Dict], names: Iterable[str]) -> List[str]:
+    """The ``when`` items naming a switch that no host saw both true and false."""
+    names = sorted(set(names))
+    if not names:
+        return []
+    pattern = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(map(re.escape, names)))
+    out = []
+    for key, rec in sorted(written.items(), key=lambda kv: (kv[0].rsplit(":", 1)[0], int(kv[0].rsplit(":", 1)[1]))):
+        for cond in rec["conditions"]:
+            if not pattern.search(cond):
+                continue
+            true = sum(merged.get(k, {}).get("conditions", {}).get(cond, {}).get("true", 0) for k in rec["tasks"])
+            false = sum(merged.get(k, {}).get("conditions", {}).get(cond, {}).get("false", 0) for k in rec["tasks"])
+            if true and false:
+                continue
+            seen = ("only true (%d)" % true if true else "only false (%d)" % false if false else "never evaluated")
+            out.append("%s (%s): when %s -- %s" % (key, rec["name"], " ".join(cond.split()), seen))
+    return out
+
+
+def _first(rec: Dict, kinds: Iterable[str]) -> str:
+    for kind in kinds:
+        for msg in rec.get("failure_messages", {}).get(kind, []):
+            return msg
+    return "(no message)"
+
+
+def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str, str],
+          expected: Optional[Dict[str, str]] = None, written: Optional[Dict[str, Dict]] = None,
+          switch_vars: Iterable[str] = ()) -> Dict[str, List[str]]:
+    expected = expected or {}
+    never, excused, as_expected, broken, never_true, never_false = [], [], [], [], [], []
+    covered = set()
+    labels = {}
     for key, name in sorted(static.items(), key=lambda kv: (kv[0].rsplit(":", 1)[0], int(kv[0].rsplit(":", 1)[1]))):
-        rec = merged.get(key)
-        label = "%s: %s" % (key.rsplit(":", 1)[0], name)
-        if not rec or rec["ran"] == 0:
-            if label in exceptions:
-                excused.append("%s (%s) -- %s" % (key, name, exceptions[label]))
-            else:
-                never.append("%s (%s)" % (key, name))
-        for cond, counts in sorted((rec or {}).get("conditions", {}).items()):
+        rec = merged.get(key) or {}
+        label = labels[key] = "%s: %s" % (key.rsplit(":", 1)[0], name)
+        failures = rec.get("failures", {})
+        ok = rec.get("ok", rec.get("ran", 0) - rec.get("failed", 0))
+        own = failures.get("task", 0)
+        bad = sum(failures.get(kind, 0) for kind in BROKEN)
+        if ok > 0:
+            covered.add(key)
+            if bad:
+                broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
+        elif own and (rec.get("action") in FAIL_ACTIONS or label in expected):
+            covered.add(key)
+            why = expected.get(label, "a fail task")
+            as_expected.append("%s (%s) -- failed %dx as expected (%s): %s" % (key, name, own, why, _first(rec, ["task"])))
+            if bad:
+                broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
+        elif bad:
+            never.append("%s (%s) -- failed %dx on a broken condition or template, which never counts: %s"
+                         % (key, name, bad, _first(rec, BROKEN)))
+        elif label in exceptions:
+            excused.append("%s (%s) -- %s" % (key, name, exceptions[label]))
+        elif own:
+            never.append("%s (%s) -- only failed (%dx), and expected-failures.yml does not list it: %s"
+                         % (key, name, own, _first(rec, ["task"])))
+        else:
+            never.append("%s (%s)" % (key, name))
+        for cond, counts in sorted(rec.get("conditions", {}).items()):
             if counts["true"] == 0:
                 never_true.append("%s: when %s" % (key, cond))
             if counts["false"] == 0:
                 never_false.append("%s: when %s" % (key, cond))
-    stale = sorted(label for label in exceptions
-                   if label not in {"%s: %s" % (k.rsplit(":", 1)[0], n) for k, n in static.items()})
-    ran_anyway = sorted(label for label in exceptions
-                        for k, n in static.items()
-                        if label == "%s: %s" % (k.rsplit(":", 1)[0], n) and merged.get(k, {}).get("ran", 0) > 0)
-    return {"never_ran": never, "excused": excused, "never_true": never_true, "never_false": never_false,
-            "stale_exceptions": stale + ["%s (it ran)" % s for s in ran_anyway]}
+    known = set(labels.values())
+    stale = sorted(label for label in exceptions if label not in known)
+    ran_anyway = sorted(labels[k] for k in covered if labels[k] in exceptions)
+    stale_expected = []
+    for label in sorted(expected):
+        keys = [k for k, lab in labels.items() if lab == label]
+        if not keys:
+            stale_expected.append("expected-failures: %s (no such task)" % label)
+        elif any((merged.get(k) or {}).get("ok", 0) > 0 for k in keys):
+            stale_expected.append("expected-failures: %s (it ran without failing)" % label)
+        elif not any((merged.get(k) or {}).get("failures", {}).get("task", 0) for k in keys):
+            stale_expected.append("expected-failures: %s (it never failed)" % label)
+    return {"never_ran": never, "excused": excused, "failed_as_expected": as_expected, "broken_failures": broken,
+            "never_true": never_true, "never_false": never_false,
+            "switches": switches(written or {}, merged, switch_vars),
+            "stale_exceptions": stale + ["%s (it ran)" % s for s in ran_anyway] + stale_expected}
 
 
-def render(verdict: Dict[str, List[str]], total: int) -> str:
+def render(verdict: Dict[str, List[str]], total: int, switches_strict: bool = False) -> str:
     ran = total - len(verdict["never_ran"]) - len(verdict["excused"])
-    lines = ["task coverage: %d of %d role and playbook tasks ran (%d excused, %d never ran)"
-             % (ran, total, len(verdict["excused"]), len(verdict["never_ran"]))]
+    lines = ["task coverage: %d of %d role and playbook tasks ran (%d excused, %d only by failing as expected,"
+             " %d never ran)" % (ran, total, len(verdict["excused"]), len(verdict.get("failed_as_expected", [])),
+                                 len(verdict["never_ran"]))]
     for title, key in (("never ran (not excused)", "never_ran"), ("excused", "excused"),
+                       ("ran only by failing (a fail task, or listed in expected-failures.yml)", "failed_as_expected"),
+                       ("also failed on a broken condition or template (advisory: the task ran elsewhere)",
+                        "broken_failures"),
                        ("when items never seen true", "never_true"), ("when items never seen false", "never_false"),
+                       ("switches not seen both true and false (%s)" % (
+                           "strict" if switches_strict else "advisory; --switches-strict fails on them"), "switches"),
                        ("stale exceptions", "stale_exceptions")):
-        if verdict[key]:
+        if verdict.get(key):
             lines.append("%s:" % title)
             lines += ["  - " + item for item in verdict[key]]
     return "\n".join(lines)
@@ -153,19 +344,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_report.add_argument("directory", type=Path)
     p_report.add_argument("--advisory", action="store_true",
                           help="print only (a subset of the scenarios ran): never fail")
+    p_report.add_argument("--switches-strict", action="store_true",
+                          default=os.environ.get("SGLANG_COVERAGE_SWITCHES_STRICT", "") not in ("", "0"),
+                          help="fail when a when item naming a switch was not seen both true and false"
+                               " (also SGLANG_COVERAGE_SWITCHES_STRICT=1)")
     p_report.add_argument("--json", type=Path, help="also write the verdict here")
     args = parser.parse_args(argv)
     static = static_tasks()
     merged = merge(sorted(args.directory.glob("*.json")))
-    verdict = judge(static, merged, load_exceptions())
-    print(render(verdict, len(static)))
+    verdict = judge(static, merged, load_exceptions(), load_expected_failures(), written_conditions(), switch_names())
+    print(render(verdict, len(static), args.switches_strict))
     if args.json:
         args.json.write_text(json.dumps(verdict, indent=1))
+    rc = 0
     if verdict["never_ran"] and not args.advisory:
         print("task coverage: FAILED: a task no scenario runs must get a test or an entry, with its reason,"
-              " in %s" % EXCEPTIONS.relative_to(REPO))
-        return 1
-    return 0
+              " in %s (one only seen failing on purpose: in %s)"
+              % (EXCEPTIONS.relative_to(REPO), EXPECTED_FAILURES.relative_to(REPO)))
+        rc = 1
+    if verdict["switches"] and args.switches_strict and not args.advisory:
+        print("task coverage: FAILED: a when item naming a switch was not seen both true and false")
+        rc = 1
+    return rc
 
 
 if __name__ == "__main__":

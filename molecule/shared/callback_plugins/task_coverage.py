@@ -7,14 +7,26 @@ directory (no enabling needed), silent unless SGLANG_TEST_COVERAGE_DIR names a
 directory. Then each ansible-playbook process writes one JSON file there, at its
 end and after every task (a run killed mid-way keeps what it saw):
 
-  {"tasks": {"<file>:<line>": {"name": ..., "ran": N, "skipped": N,
+  {"tasks": {"<file>:<line>": {"name": ..., "action": ..., "ran": N, "ok": N, "failed": N, "skipped": N,
+                                "failures": {"task": N, "conditional": N, "template": N},
+                                "failure_messages": {"<kind>": ["<msg>", ...]},
                                 "conditions": {"<when item>": {"true": N, "false": N}}}}}
 
 A task "ran" on a host when it returned ok, changed or failed there (a loop's items
-count one by one). Ansible evaluates a task's ``when`` items (its own, then those of
-its blocks, includes and role) in order and stops at the first false one, which it
-reports as ``false_condition``: the items before it were true, it was false, and
-the rest were not evaluated. A task that ran saw all of them true.
+count one by one); "ok" counts the results that did not fail, "failed" those that
+did, by kind: "conditional" when evaluating one of its conditions raised (a ``when``,
+``until``, ``failed_when`` or ``changed_when`` on an undefined variable, or one whose
+result is not a boolean, which ansible-core 2.19+ reports as a task failure),
+"template" when templating its arguments, variables or loop hit an undefined
+variable or attribute or a template syntax error, "task" for any other failure (the
+module's, an assert's, a fail task's). Up to three messages per kind are kept.
+
+Ansible evaluates a task's ``when`` items (its own, then those of its blocks,
+includes and role) in order and stops at the first false one, which it reports as
+``false_condition``: the items before it were true, it was false, and the rest were
+not evaluated. A task that returned ok, or failed as a task, saw all of them true;
+one whose condition or templating raised marks none (which item raised is not known,
+and an error is neither true nor false).
 
 Paths are kept from ``roles/`` or ``playbooks/`` on, so runs of the installed
 collection (the collection scenario) count for the checkout's files.
@@ -51,6 +63,44 @@ def relative(path: Optional[str]) -> Optional[str]:
     return match.group(1) if match else None
 
 
+# ansible-core's own messages for an error raised while evaluating a conditional and for one raised
+# while templating the task. 2.19+ starts every message of its own with "Task failed:"; before,
+# these were the markers. Only such messages are read, so a fail task whose own text says
+# "... is undefined" stays a task failure.
+_BY_ANSIBLE = re.compile(r"^(Task failed:|'[^']+' is undefined)|The conditional check|error while evaluating conditional"
+                         r"|The task includes an option with an undefined variable|template error while templating string")
+_CONDITIONAL = re.compile(r"A 'when' expression failed|An 'until' expression failed|Error while evaluating conditional"
+                          r"|error while evaluating conditional|Conditionals must have a boolean result"
+                          r"|The conditional check")
+_TEMPLATE = re.compile(r"is undefined|has no attribute|Syntax error in template|undefined variable"
+                       r"|template error while templating string")
+MESSAGES_KEPT = 3
+
+
+def failure_kind(result: Optional[Dict[str, Any]]) -> str:
+    """Where a failed result's failure came from: "conditional", "template" or "task"."""
+    result = result or {}
+    for key in ("failed_when_result", "changed_when_result"):
+        if isinstance(result.get(key), str):  # that conditional raised: its error replaced its result
+            return "conditional"
+    msg = str(result.get("msg", ""))
+    if not _BY_ANSIBLE.search(msg):
+        return "task"
+    if _CONDITIONAL.search(msg):
+        return "conditional"
+    if _TEMPLATE.search(msg):
+        return "template"
+    return "task"
+
+
+def failure_message(result: Optional[Dict[str, Any]]) -> str:
+    result = result or {}
+    for key in ("failed_when_result", "changed_when_result"):
+        if isinstance(result.get(key), str):
+            return "%s: %s" % (key.rsplit("_", 1)[0], result[key])
+    return " ".join(str(result.get("msg", "")).split())[:400]
+
+
 def conditions(task: Any) -> list:
     try:
         when = task.when or []
@@ -85,10 +135,13 @@ class CallbackModule(CallbackBase):
         path = relative(task.get_path())
         if path is None:
             return None
-        entry = self._tasks.setdefault(path, {"name": task.get_name(), "ran": 0, "skipped": 0, "conditions": {}})
+        entry = self._tasks.setdefault(path, {"name": task.get_name(), "ran": 0, "ok": 0, "failed": 0, "skipped": 0,
+                                              "failures": {}, "failure_messages": {}, "conditions": {}})
+        if "action" not in entry:
+            entry["action"] = str(getattr(task, "resolved_action", None) or getattr(task, "action", "") or "")
         return entry
 
-    def _seen(self, task: Any, result: Optional[Dict[str, Any]], ran: bool) -> None:
+    def _seen(self, task: Any, result: Optional[Dict[str, Any]], ran: bool, failed: bool = False) -> None:
         entry = self._entry(task)
         if entry is None:
             return
@@ -98,6 +151,19 @@ class CallbackModule(CallbackBase):
             entry["ran"] += 1
         else:
             entry["skipped"] += 1
+        if ran and failed:
+            entry["failed"] += 1
+            kind = failure_kind(result)
+            entry["failures"][kind] = entry["failures"].get(kind, 0) + 1
+            msg = failure_message(result)
+            kept = entry["failure_messages"].setdefault(kind, [])
+            if msg not in kept and len(kept) < MESSAGES_KEPT:
+                kept.append(msg)
+            if kind != "task":
+                self._write()
+                return  # a condition or a template raised: nothing is known of the conditions' truth
+        elif ran:
+            entry["ok"] += 1
         for cond in conds:
             counts = entry["conditions"].setdefault(cond, {"true": 0, "false": 0})
             if ran:
@@ -130,7 +196,7 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         if not result._result.get("results"):
-            self._seen(result._task, result._result, ran=True)
+            self._seen(result._task, result._result, ran=True, failed=True)
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         if not result._result.get("results"):
@@ -140,7 +206,7 @@ class CallbackModule(CallbackBase):
         self._seen(result._task, result._result, ran=True)
 
     def v2_runner_item_on_failed(self, result: Any) -> None:
-        self._seen(result._task, result._result, ran=True)
+        self._seen(result._task, result._result, ran=True, failed=True)
 
     def v2_runner_item_on_skipped(self, result: Any) -> None:
         self._seen(result._task, result._result, ran=False)
