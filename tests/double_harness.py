@@ -65,14 +65,21 @@ def companion_patch(graph_runner_source: str) -> str:
 
 
 def make_site(root: Path, version: str, model_source: str, graph_runner: Optional[str],
-              metadata: Optional[str] = None) -> Path:
-    """A site-packages tree holding just the files the double inspects."""
+              metadata: Optional[str] = None, others: Optional[Dict[str, str]] = None) -> Path:
+    """A site-packages tree holding just the files the double inspects.
+
+    ``others``: more files by their path under site-packages (the layer's capture code,
+    ``sglang/srt/layers/communicator.py``, for a native release).
+    """
     site = root / "site-packages"
     (site / "sglang" / "srt" / "models").mkdir(parents=True)
     (site / "sglang" / "srt" / "model_executor").mkdir(parents=True)
     (site / "sglang" / "srt" / "models" / "deepseek_v2.py").write_text(model_source)
     if graph_runner is not None:
         (site / "sglang" / "srt" / "model_executor" / "cuda_graph_runner.py").write_text(graph_runner)
+    for rel, text in (others or {}).items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
     dist = site / ("sglang-%s.dist-info" % version)
     dist.mkdir()
     (dist / "METADATA").write_text(metadata or "Metadata-Version: 2.4\nName: sglang\nVersion: %s\n\n" % version)

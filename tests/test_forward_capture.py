@@ -22,7 +22,9 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
@@ -43,6 +45,13 @@ EXECUTED = "forward: embedding, L2, L30 (executed)"
 # 0.5.16), P (0.5.17 .. 0.5.20), R (0.5.21 ..).
 RELEASES = ["0.5.4.post2", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
             "0.5.13", "0.5.13.post1", "0.5.14", "0.5.16", "0.5.17", "0.5.20", "0.5.21", "0.5.23"]
+
+
+
+def release(version):
+    """(0, 5, 14) for "0.5.14", (0, 5, 4) for "0.5.4.post2": versions compare as numbers, not text."""
+    return tuple(int(x) for x in version.split(".")[:3])
+
 
 needs_torch = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0", reason="SGLANG_PARSER_TESTS=0")
 
@@ -157,7 +166,7 @@ def test_engine_executes_the_capture_on_every_family(version, make_venv, patches
     assert fwd["executed"] and fwd["ok"], fwd
     assert fwd["summary"] == EXECUTED
     assert fwd["captured"]["eager"] == TRAINED
-    if res["decision"] == "patch" and version < "0.5.14":
+    if res["decision"] == "patch" and release(version) < (0, 5, 14):
         # Every patched release captures graphs: the graph state must hold the embedding too.
         assert fwd["captured"]["graph"] == TRAINED
     assert fwd["torch"].startswith("2.")
@@ -173,15 +182,6 @@ def test_check_mode_executes_the_would_be_texts(make_venv, patches, torch_python
     assert (site(venv) / DS).read_bytes() == before
 
 
-@needs_torch
-def test_unpatched_release_does_not_capture_the_embedding(make_venv, torch_forked):
-    """The incident: 0.5.9 as installed feeds the draft other states (index 0 crashes on L)."""
-    venv = make_venv("0.5.9")
-    res = check(venv, torch_forked, {})
-    assert res["executed"] and not res["ok"]
-    assert any("TypeError" in e for e in res["errors"]), res["errors"]
-
-
 def _mutate(texts, rel, old, new, count=1):
     assert texts[rel].count(old) >= 1, "the mutation's anchor is gone from the release: %r" % old
     out = dict(texts)
@@ -190,54 +190,153 @@ def _mutate(texts, rel, old, new, count=1):
 
 
 CLONE = "aux_hidden_states.append(hidden_states.clone())"
+CLONE_LINE = "            %s\n" % CLONE
+# The clone appended, taken back and replaced by the uncloned embedding (which layer 0's in-place norm
+# overwrites): grep evidence, compile and semantic checks all pass it.
+POPPED = CLONE_LINE + "            aux_hidden_states.pop()\n            aux_hidden_states.append(hidden_states)\n"
 APPEND_BLOCK = ("        if self.capture_embedding_for_eagle3 and self.pp_group.is_first_rank:\n"
                 "            aux_hidden_states.append(hidden_states.clone())\n")
+AFTER_LOOP = "        if normal_end_layer != self.end_layer:\n"
+NATIVE_IDS = (0, 3, 31)
+COMM, STAGE = FC.COMMUNICATOR_FILE, FC.STAGE_FILE
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One wiring of a release's capture code: the release's files (pristine, or as the engine patches them,
+    with or without the CUDA-graph companion), edits on top of them (file, old, new; each old text must be
+    in the release) and the draft's layer ids. tests/test_double_capture_variants.py gives the same list to
+    the test double's static judgement."""
+
+    name: str
+    version: str
+    files: str = "patched"  # "pristine", "patched", "patched without companion"
+    draft_ids: Tuple[int, ...] = (-1, 2, 30)
+    edits: Tuple[Tuple[str, str, str], ...] = ()
+
+    @property
+    def id(self):
+        return "%s-%s" % (self.version, self.name.replace(" ", "-"))
+
+    @property
+    def route(self):
+        """The harness's route: the body-A/B patch up to 0.5.13.post1, the native capture from 0.5.14."""
+        return "native" if release(self.version) >= (0, 5, 14) else "patch"
+
+    def texts(self, venv, patches):
+        """The capture files as this variant has them (the ones that differ from what is installed)."""
+        if self.files == "pristine":
+            texts = {}
+        else:
+            texts = patched_texts(self.version, venv, patches, companion=self.files == "patched")
+        for rel, old, new in self.edits:
+            texts.setdefault(rel, (site(venv) / rel).read_text())
+            texts = _mutate(texts, rel, old, new)
+        return texts
+
+
+def _loop_patch_breaks(version):
+    """The embedding patch broken three ways, as only the executed capture tells (grep, compile, semantic pass)."""
+    return [
+        Variant("embedding not cloned", version, edits=((DS, CLONE, "aux_hidden_states.append(hidden_states)"),)),
+        Variant("embedding appended after the layer loop", version,
+                edits=((DS, APPEND_BLOCK, ""), (DS, AFTER_LOOP, APPEND_BLOCK + AFTER_LOOP))),
+        Variant("flag not initialised", version,
+                edits=((DS, "        self.capture_embedding_for_eagle3 = False\n", ""),)),
+    ]
+
+
+def _native_breaks(version):
+    """The native capture (0.5.14+) broken: ids one off, an index shifted, the capture dropped or taken from
+    the residual before the layer's input norm."""
+    dropped = (DS, "capture_gathered=captured_last_layer_outputs,", "capture_gathered=None,") \
+        if release(version) >= (0, 5, 21) else \
+        (DS, "captured_last_layer_outputs=captured_last_layer_outputs,", "captured_last_layer_outputs=None,")
+    if release(version) >= (0, 5, 21):
+        before_norm = ((STAGE, "        capture_before_read = capture is not None and (\n",
+                        "        residual_before_norm = stream.residual\n"
+                        "        capture_before_read = capture is not None and (\n"),
+                       (STAGE, "            residual_value = stream.residual\n",
+                        "            residual_value = residual_before_norm\n"))
+    else:
+        before_norm = ((COMM, "        hidden_states, residual = self.prepare_attn(\n",
+                        "        residual_before_norm = residual\n        hidden_states, residual = self.prepare_attn(\n"),
+                       (COMM, "            captured_last_layer_outputs.append(gathered_last_layer_output)\n",
+                        "            captured_last_layer_outputs.append(residual_before_norm)\n"))
+    return [
+        Variant("ids one low", version, "pristine", (0, 2, 30)),
+        Variant("ids one high", version, "pristine", (1, 4, 32)),
+        Variant("body-A ids", version, "pristine", (-1, 2, 30)),
+        Variant("loop index shifted", version, "pristine", NATIVE_IDS,
+                ((DS, "i in self.layers_to_capture", "i + 1 in self.layers_to_capture"),)),
+        Variant("ids shifted in set_eagle3_layers_to_capture", version, "pristine", NATIVE_IDS,
+                ((DS, "self.model.layers_to_capture = list(layer_ids)",
+                  "self.model.layers_to_capture = [val + 1 for val in layer_ids]"),)),
+        Variant("capture dropped in the decoder layer", version, "pristine", NATIVE_IDS, (dropped,)),
+        Variant("captured before the input norm", version, "pristine", NATIVE_IDS, before_norm),
+    ]
+
+
+# Every broken wiring the executed check must fail: one source, for this file and for the test double.
+BROKEN = [
+    # The incident's files with the fix's ids: capture index 0 meets residual None.
+    Variant("unpatched", "0.5.9", "pristine"),
+    *[v for version in ("0.5.4.post2", "0.5.9", "0.5.13") for v in _loop_patch_breaks(version)],
+    Variant("clone popped for the uncloned embedding", "0.5.11", edits=((DS, CLONE_LINE, POPPED),)),
+    Variant("loop capture shifted", "0.5.9",
+            edits=((DS, "if i in self.layers_to_capture:", "if i + 1 in self.layers_to_capture:"),)),
+    # CUDA graphs captured after the no-argument calls: decode uses the default ids.
+    *[Variant("without the CUDA-graph companion", version, "patched without companion")
+      for version in ("0.5.4.post2", "0.5.9")],
+    *[v for version in ("0.5.14", "0.5.17", "0.5.23") for v in _native_breaks(version)],
+    # 0.5.14-0.5.16 collect into a plain list: without the clone the residual is overwritten in place.
+    Variant("residual not cloned", "0.5.14", "pristine", NATIVE_IDS,
+            ((COMM, "gathered_last_layer_output = residual.clone()", "gathered_last_layer_output = residual"),)),
+]
+# ... and every correct one: the role's patch (with its companion where needed) on each release family up to
+# 0.5.13.post1, and the pristine native capture with the ids one up from 0.5.14.
+CORRECT = [Variant("patched", v) for v in RELEASES if release(v) < (0, 5, 14)] + \
+          [Variant("native", v, "pristine", NATIVE_IDS) for v in RELEASES if release(v) >= (0, 5, 14)]
+
+TRAINED_LOW = ["embedding", "output of layer 1", "output of layer 29"]
+DEFAULTS = ["output of layer 1", "output of layer 29", "output of layer 57"]
+
+
+def _executed_detail(variant, res):
+    """What the executed check shows beyond "not ok", for the variants where it is specific."""
+    eager, graph = res["captured"].get("eager", []), res["captured"].get("graph")
+    if variant.name == "unpatched":
+        assert any("TypeError" in e for e in res["errors"]), res["errors"]
+    elif variant.name in ("embedding not cloned", "clone popped for the uncloned embedding"):
+        assert "embedding" not in eager, eager
+    elif variant.name == "embedding appended after the layer loop":
+        assert eager[:2] == TRAINED[1:], eager
+    elif variant.name == "flag not initialised":
+        assert any(e.startswith("plain:") and "capture_embedding_for_eagle3" in e for e in res["errors"])
+    elif variant.name == "without the CUDA-graph companion":
+        assert graph == DEFAULTS and eager == TRAINED, res["captured"]
+        assert any("CUDA-graph capture" in e and "defaults" in e for e in res["errors"])
+    elif variant.name == "ids one low":
+        assert eager == TRAINED_LOW, eager
+    elif variant.name == "ids one high":
+        assert "embedding" not in eager, eager
+
+
+@needs_torch
+@pytest.mark.parametrize("variant", BROKEN, ids=lambda v: v.id)
+def test_broken_variant_fails_when_executed(variant, make_venv, patches, torch_forked):
+    venv = make_venv(variant.version)
+    res = check(venv, torch_forked, variant.texts(venv, patches), variant.route, variant.draft_ids)
+    assert res["executed"] and not res["ok"], res
+    _executed_detail(variant, res)
 
 
 @needs_torch
 @pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9", "0.5.13"])
-def test_broken_patches_fail(version, make_venv, patches, torch_forked):
+def test_the_patch_the_broken_variants_start_from_passes(version, make_venv, patches, torch_forked):
+    """The good side of the loop-patch mutations: the patched files alone pass, executed."""
     venv = make_venv(version)
-    good = patched_texts(version, venv, patches)
-    assert check(venv, torch_forked, good)["ok"]
-
-    no_clone = check(venv, torch_forked, _mutate(good, DS, CLONE, "aux_hidden_states.append(hidden_states)"))
-    assert not no_clone["ok"] and "embedding" not in no_clone["captured"]["eager"]
-
-    moved = _mutate(good, DS, APPEND_BLOCK, "")
-    moved = _mutate(moved, DS, "        if normal_end_layer != self.end_layer:\n",
-                    APPEND_BLOCK + "        if normal_end_layer != self.end_layer:\n")
-    after_loop = check(venv, torch_forked, moved)
-    assert not after_loop["ok"] and after_loop["captured"]["eager"][:2] == TRAINED[1:]
-
-    no_init = check(venv, torch_forked, _mutate(good, DS, "        self.capture_embedding_for_eagle3 = False\n", ""))
-    assert not no_init["ok"]
-    assert any(e.startswith("plain:") and "capture_embedding_for_eagle3" in e for e in no_init["errors"])
-
-
-@needs_torch
-@pytest.mark.parametrize("version", ["0.5.4.post2", "0.5.9"])
-def test_missing_cuda_graph_companion_fails(version, make_venv, patches, torch_forked):
-    """Without the companion the graphs are captured after the no-argument calls."""
-    venv = make_venv(version)
-    res = check(venv, torch_forked, patched_texts(version, venv, patches, companion=False))
-    assert not res["ok"]
-    assert res["captured"]["graph"] == ["output of layer 1", "output of layer 29", "output of layer 57"]
-    assert res["captured"]["eager"] == TRAINED
-    assert any("CUDA-graph capture" in e and "defaults" in e for e in res["errors"])
-
-
-@needs_torch
-@pytest.mark.parametrize("version", ["0.5.14", "0.5.17", "0.5.23"])
-def test_native_ids_off_by_one_fail(version, make_venv, torch_forked):
-    venv = make_venv(version)
-    assert check(venv, torch_forked, {}, "native", [0, 3, 31])["ok"]
-    low = check(venv, torch_forked, {}, "native", [0, 2, 30])
-    assert not low["ok"] and low["captured"]["eager"] == ["embedding", "output of layer 1", "output of layer 29"]
-    high = check(venv, torch_forked, {}, "native", [1, 4, 32])
-    assert not high["ok"] and "embedding" not in high["captured"].get("eager", [])
-    # The body-A ids on a native release: -1 is never reached (the packer counts it on 0.5.17+).
-    assert not check(venv, torch_forked, {}, "native", [-1, 2, 30])["ok"]
+    assert check(venv, torch_forked, patched_texts(version, venv, patches))["ok"]
 
 
 @needs_torch
@@ -338,10 +437,7 @@ def test_module_fails_and_restores_when_the_forward_check_fails(make_venv, patch
     venv = make_venv("0.5.11")
     before = (site(venv) / DS).read_bytes()
     bad = dict(patches)
-    bad["body_a_loop"] = patches["body_a_loop"].replace(
-        "            aux_hidden_states.append(hidden_states.clone())\n",
-        "            aux_hidden_states.append(hidden_states.clone())\n"
-        "            aux_hidden_states.pop()\n            aux_hidden_states.append(hidden_states)\n")
+    bad["body_a_loop"] = patches["body_a_loop"].replace(CLONE_LINE, POPPED)  # BROKEN's variant, as a patch
     assert bad["body_a_loop"] != patches["body_a_loop"]
     _, out = run_module(LIBRARY, tmp_path, {"venv": str(venv), "patches": bad, "backup_dir": str(tmp_path / "bk"),
                                             "python": torch_python})

@@ -82,6 +82,8 @@ class DeepseekV2ForCausalLM(nn.Module):
 
 FAKE_PRISTINE_059 = "from typing import List, Optional\n" + LOOP_FORWARD + SET_EAGLE3_BODY_A
 
+# 0.5.14's shape: the model hands the capture list to the decoder layer, whose communicator
+# appends the residual it prepares (the layer's input; index 0: the embedding output).
 FAKE_NATIVE_0514 = '''from typing import List, Optional
 
 
@@ -93,12 +95,38 @@ class DeepseekV2DecoderLayer(nn.Module):
         return self.mlp(self.self_attn(positions, hidden_states, forward_batch)), residual
 
 
+class DeepseekV2Model(nn.Module):
+    def __init__(self, config):
+        self.layers_to_capture = []
+
+    def forward(self, input_ids, positions, forward_batch, input_embeds=None, pp_proxy_tensors=None):
+        hidden_states = self.embed_tokens(input_ids)
+        residual = None
+        aux_hidden_states = []
+        for i in range(self.start_layer, self.end_layer):
+            hidden_states, residual = self.layers[i](
+                positions, hidden_states, forward_batch, residual,
+                captured_last_layer_outputs=(aux_hidden_states if i in self.layers_to_capture else None),
+            )
+        return hidden_states, aux_hidden_states
+
+
 class DeepseekV2ForCausalLM(nn.Module):''' + SET_EAGLE3_HEAD + '''\
             if layer_ids and layer_ids[0] == 1:
                 self.model.layers_to_capture = [val + 1 for val in layer_ids]
             else:
                 self.model.layers_to_capture = list(layer_ids)
 '''
+
+FAKE_COMMUNICATOR_0514 = {"sglang/srt/layers/communicator.py": '''
+class LayerCommunicator:
+    def prepare_attn_and_capture_last_layer_outputs(self, hidden_states, residual, forward_batch,
+                                                    captured_last_layer_outputs=None):
+        hidden_states, residual = self.prepare_attn(hidden_states, residual, forward_batch)
+        if captured_last_layer_outputs is not None:
+            captured_last_layer_outputs.append(residual.clone())
+        return hidden_states, residual
+'''}
 
 GRAPH_RUNNER_RESETS = '''
 class CudaGraphRunner:
@@ -382,7 +410,7 @@ def test_pipeline_parallel_cannot_deliver_the_embedding(tmp_path: Path, real_059
 
 
 def test_native_0514_like_release_with_0_3_31_accepts_high(tmp_path: Path, run_double: Any) -> None:
-    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED, others=FAKE_COMMUNICATOR_0514)
     target, draft = make_models(tmp_path, [0, 3, 31])
     double = run_double(spec_flags(target, draft, 15, 1, 16), site)
     accept, _, info = accept_length_after_generate(double)
@@ -393,7 +421,7 @@ def test_native_0514_like_release_with_0_3_31_accepts_high(tmp_path: Path, run_d
 
 @pytest.mark.parametrize("ids, fatal", [(None, False), ([2, 30, 58], False), ([-1, 2, 30], True)])
 def test_native_0514_like_release_with_other_ids_does_not_match(tmp_path: Path, ids: Optional[List[int]], fatal: bool) -> None:
-    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+    site = make_site(tmp_path, "0.5.14", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED, others=FAKE_COMMUNICATOR_0514)
     _, draft = make_models(tmp_path, ids)
     wiring = td.judge_wiring(str(site), "0.5.14", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
                              td.parse_trained_layers("embed,2,30"))
@@ -401,12 +429,70 @@ def test_native_0514_like_release_with_other_ids_does_not_match(tmp_path: Path, 
     assert (wiring.fatal is not None) is fatal
 
 
-def test_fake_pre_0514_without_loop_capture_is_not_guessed(tmp_path: Path) -> None:
-    site = make_site(tmp_path, "0.5.13", FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED)
+@pytest.mark.parametrize("version, others, matched", [
+    ("0.5.14", None, False),                     # the layer's capture code is not there: not guessed
+    ("0.5.13", FAKE_COMMUNICATOR_0514, True),    # the structure decides, not the version number
+])
+def test_native_capture_is_judged_by_its_code_not_the_version(tmp_path: Path, version: str,
+                                                              others: Optional[Dict[str, str]], matched: bool) -> None:
+    site = make_site(tmp_path, version, FAKE_NATIVE_0514, GRAPH_RUNNER_FIXED, others=others)
     _, draft = make_models(tmp_path, [0, 3, 31])
-    wiring = td.judge_wiring(str(site), "0.5.13", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
+    wiring = td.judge_wiring(str(site), version, "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
                              td.parse_trained_layers("embed,2,30"))
-    assert not wiring.matches_training
+    assert wiring.matches_training is matched, wiring.notes
+
+
+# Shapes beyond the forward-capture check's list (tests/test_double_capture_variants.py runs that list),
+# each on a fake release that is correct without the edit: (name, version, base, edits, draft ids).
+_LOOP_PATCHED = patch_embedding_capture(FAKE_PRISTINE_059)
+STRUCTURAL_BREAKS = [
+    ("loop capture after the layer call", "0.5.9", _LOOP_PATCHED,
+     [("            if i in self.layers_to_capture:\n                aux_hidden_states.append(hidden_states + residual)\n",
+       ""),
+      ("forward_batch, residual)\n", "forward_batch, residual)\n"
+       "            if i in self.layers_to_capture:\n                aux_hidden_states.append(hidden_states + residual)\n")],
+     [-1, 2, 30]),
+    ("embedding captured only in prefill", "0.5.9", _LOOP_PATCHED,
+     [("if self.capture_embedding:", "if self.capture_embedding and forward_batch.forward_mode.is_extend():")],
+     [-1, 2, 30]),
+    ("embedding appended twice", "0.5.9", _LOOP_PATCHED,
+     [("            aux_hidden_states.append(hidden_states.clone())\n",
+       "            aux_hidden_states.append(hidden_states.clone())\n" * 2)], [-1, 2, 30]),
+    ("capture list rebound in the decoder layer", "0.5.14", FAKE_NATIVE_0514,
+     [("    def forward(self, positions, hidden_states, forward_batch, residual, captured_last_layer_outputs=None):\n",
+       "    def forward(self, positions, hidden_states, forward_batch, residual, captured_last_layer_outputs=None):\n"
+       "        captured_last_layer_outputs = None\n")], [0, 3, 31]),
+    ("every layer captured", "0.5.14", FAKE_NATIVE_0514,
+     [("(aux_hidden_states if i in self.layers_to_capture else None)", "aux_hidden_states")], [0, 3, 31]),
+    ("the layer after the loop index called", "0.5.14", FAKE_NATIVE_0514,
+     [("self.layers[i](", "self.layers[i + 1](")], [0, 3, 31]),
+]
+
+
+@pytest.mark.parametrize("name, version, base, edits, ids", STRUCTURAL_BREAKS, ids=[c[0] for c in STRUCTURAL_BREAKS])
+def test_structural_breaks_are_mismatches(tmp_path: Path, name: str, version: str, base: str,
+                                          edits: List[Tuple[str, str]], ids: List[int]) -> None:
+    others = FAKE_COMMUNICATOR_0514 if base is FAKE_NATIVE_0514 else None
+    good = make_site(tmp_path / "good", version, base, GRAPH_RUNNER_FIXED, others=others)
+    source = base
+    for old, new in edits:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    bad = make_site(tmp_path / "bad", version, source, GRAPH_RUNNER_FIXED, others=others)
+    _, draft = make_models(tmp_path, ids)
+    trained = td.parse_trained_layers("embed,2,30")
+    assert td.judge_wiring(str(good), version, "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1, trained).matches_training
+    wiring = td.judge_wiring(str(bad), version, "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1, trained)
+    assert not wiring.matches_training, wiring.notes
+
+
+def test_a_loop_capture_is_a_loop_capture_on_any_version(tmp_path: Path) -> None:
+    """A 0.5.14-numbered file that still captures in the loop: index 0 dies as on 0.5.9."""
+    site = make_site(tmp_path, "0.5.14", FAKE_PRISTINE_059, GRAPH_RUNNER_FIXED)
+    _, draft = make_models(tmp_path, [-1, 2, 30])  # body A: capture index 0
+    wiring = td.judge_wiring(str(site), "0.5.14", "EAGLE3", str(draft), DEEPSEEK_V3_LAYERS, False, 1,
+                             td.parse_trained_layers("embed,2,30"))
+    assert not wiring.matches_training and wiring.fatal.startswith("TypeError"), wiring.fatal
 
 
 # --------------------------------------------------------------------------

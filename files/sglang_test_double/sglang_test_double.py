@@ -8,8 +8,10 @@ Molecule and the demo run without a GPU, so the systemd unit starts this file
 instead (through the role's ``sglang_server_command``).  It accepts the same
 launch flags, answers the HTTP endpoints the role gates on (health, server
 info, generate) and reports a speculative *accept length* that is derived from
-what is really on the host: the installed ``deepseek_v2.py``, the installed
-``cuda_graph_runner.py``, the draft's ``eagle_config`` and the flags.  That way
+what is really on the host: the installed ``deepseek_v2.py`` (and, from
+0.5.14, the layer capture code it calls: ``layers/communicator.py``,
+``layers/layer_boundary/stage.py``), the installed ``cuda_graph_runner.py``,
+the draft's ``eagle_config`` and the flags.  That way
 a host that is wired like the incident reports ~1.6 tokens per step, and a
 correctly remediated host reports a high value, without the role's own
 verification code ever being consulted (nothing here imports from the role;
@@ -17,8 +19,13 @@ the one exception is opt-in: SGLANG_TEST_DOUBLE_FORWARD_HARNESS names the
 forward-capture harness, which only EXECUTES the installed capture code on a
 python with torch; the verdict on what it captured stays here).
 
-The judgement is a small, explicit heuristic over source text plus one call of
-SGLang's own pure-Python bookkeeping method (see ``layer_bookkeeping``).  It is
+The judgement reads the installed capture code's structure with Python's ast
+(see ``read_capture``: where each append sits relative to the layer loop and the
+layer call, under which layer-id test and capture flag, what value it appends)
+plus one call of SGLang's own pure-Python bookkeeping method (see
+``layer_bookkeeping``); the release's version number decides nothing.  Every
+broken wiring that the role's executed forward-capture check fails, this
+reading fails too (tests/test_double_capture_variants.py).  It is
 deterministic: no randomness, same inputs give the same numbers.
 
 Test-double options come from the ENVIRONMENT, never from flags, so the flag
@@ -40,7 +47,7 @@ surface stays SGLang's:
                                      it imports next to it); where this
                                      python imports torch, the captured states are
                                      then EXECUTED with the installed code
-                                     instead of judged from the source text
+                                     instead of read from its structure
   SGLANG_TEST_DOUBLE_DEGRADE_AFTER   degrade at run time: after this many
                                      /generate requests the accept length drops,
                                      as if the draft were swapped under the
@@ -80,6 +87,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
+import functools
 import hmac
 import glob
 import json
@@ -122,9 +131,6 @@ DEFAULT_TRAINED_LAYERS = "embed,2,30"
 # DeepSeek-V3 depth, used only when the target's config.json cannot be read.
 FALLBACK_NUM_HIDDEN_LAYERS = 61
 FALLBACK_SITE_PACKAGES_GLOB = "/opt/sglang/venv/lib/python3*/site-packages"
-# First release whose DeepseekV2 decoder layer captures index 0 (the
-# embedding output) natively, so no source patch is needed.
-NATIVE_EMBED_CAPTURE_RELEASE = (0, 5, 14)
 
 # Accept-length model.  Expected accepted tokens per verify step for a chain
 # of L draft positions is 1 + sum_j prod_{i<=j} rate_i (the +1 is the bonus
@@ -343,12 +349,6 @@ def read_installed_version(site_packages: str) -> str:
     return "unknown"
 
 
-def release_tuple(version: str) -> Tuple[int, ...]:
-    """Numeric release part of a version ("0.5.10.post1" -> (0, 5, 10))."""
-    match = re.match(r"^(\d+(?:\.\d+)*)", version)
-    return tuple(int(x) for x in match.group(1).split(".")) if match else ()
-
-
 def read_text(path: str) -> Optional[str]:
     """File text, or None when absent: absence is itself evidence here."""
     try:
@@ -463,6 +463,13 @@ class Bookkeeping:
 
     layers_to_capture: Tuple[int, ...]
     true_flags: FrozenSet[str]
+    # Every other attribute the method set on the DeepseekV2Model, with its value.
+    attributes: Tuple[Tuple[str, Any], ...] = ()
+
+    @property
+    def flags(self) -> Dict[str, bool]:
+        """The boolean attributes, as the forward's conditions read them."""
+        return {k: v for k, v in self.attributes if isinstance(v, bool)}
 
 
 def layer_bookkeeping(method_source: str, layer_ids: Optional[List[Any]], num_layers: int) -> Bookkeeping:
@@ -495,44 +502,578 @@ def layer_bookkeeping(method_source: str, layer_ids: Optional[List[Any]], num_la
     # Only flags on the DeepseekV2Model count: that is the object whose
     # forward() reads them.
     flags = {k for k, v in vars(model).items() if v is True}
-    return Bookkeeping(tuple(int(i) for i in model.layers_to_capture), frozenset(flags))
+    attributes = tuple(sorted((k, v) for k, v in vars(model).items() if k != "layers_to_capture"))
+    return Bookkeeping(tuple(int(i) for i in model.layers_to_capture), frozenset(flags), attributes)
 
 
-_LOOP_CAPTURE = re.compile(
-    r"if\s+i\s+in\s+self\.layers_to_capture\s*:[\s\S]{0,600}?"
-    r"aux_hidden_states\.append\(\s*hidden_states\s*\+\s*residual\s*\)"
-)
+# --------------------------------------------------------------------------
+# Reading the capture code: its structure, not its text
+# --------------------------------------------------------------------------
+#
+# Without torch the double cannot run the forward, so it reads it: Python's ast
+# of DeepseekV2Model.forward and, from 0.5.14, of the decoder layer and of the
+# code the layer hands the capture list to (LayerCommunicator, or the layer
+# boundary from 0.5.21).  What it establishes is what the executed check
+# establishes by running the code: which state of the residual stream each
+# append puts in ``aux_hidden_states``, in which order, and whether SGLang
+# would die on the way.  State i is the input of decoder layer i (the output of
+# layer i-1); state 0 is the embedding output.  The rules:
+#
+# * before the layer loop ``hidden_states`` is the embedding (on the first
+#   pipeline rank); appended there behind a capture flag it is the embedding,
+#   as a ``.clone()`` (without it layer 0's in-place fused_add_rmsnorm
+#   overwrites it); a ``pop()`` there takes the last append back;
+# * in the layer loop (``for i in range(...)`` around the call of
+#   ``self.layers[i]``), an append of ``hidden_states + residual`` under
+#   ``if i + d in self.layers_to_capture`` captures state i for index i + d
+#   before the layer call and state i + 1 after it; at i == 0 before the call
+#   ``residual`` is None (TypeError);
+# * native capture (0.5.14+): the loop passes the list to the layer as
+#   ``captured_last_layer_outputs=(aux_hidden_states if i + d in
+#   self.layers_to_capture else None)``; followed through the layer's calls
+#   (keywords, ``**kwargs``) to the append or ``capture``, the value appended
+#   must come from the residual that the layer's input preparation
+#   (``hidden_states, residual = self.prepare_attn(...)``, ``hidden_states,
+#   stream = self._prepare(...)``) returns: that is state i;
+# * after the layer loop ``hidden_states`` is no state the draft was trained on;
+# * a flag the forward reads that ``DeepseekV2Model.__init__`` never sets raises
+#   AttributeError in any forward before set_eagle3_layers_to_capture runs;
+# * the packer of 0.5.17+ (``AuxHiddenStatePacker(len(self.layers_to_capture))``)
+#   asserts that it received exactly that many captures.
+# Conditions are evaluated where the model's own state decides them (the capture
+# flags, the pipeline rank); where they depend on the batch, both ways are read
+# and must capture the same.
+
+# The files that hold the capture, relative to sglang/srt.
+MODEL_FILE = os.path.join("models", "deepseek_v2.py")
+COMMUNICATOR_FILE = os.path.join("layers", "communicator.py")
+STAGE_FILE = os.path.join("layers", "layer_boundary", "stage.py")
+CAPTURE_FILES = (MODEL_FILE, COMMUNICATOR_FILE, STAGE_FILE)
+# What a native decoder layer hands the capture list to: attribute -> class.
+CAPTURE_DELEGATES = {"layer_communicator": "LayerCommunicator", "attn_boundary": "StageBoundary"}
+# The keyword DeepseekV2Model.forward hands the list to the decoder layer with.
+LAYER_CAPTURE_KEYWORD = "captured_last_layer_outputs"
+DECODER_LAYER_FORWARD = "DeepseekV2DecoderLayer.forward"
+# Accumulators whose append copies into a preallocated buffer (0.5.17+).
+COPYING_ACCUMULATORS = ("AuxHiddenStatePacker",)
+# What the pipeline rank is in the judged setup (the capture runs on the last rank;
+# with pp_size > 1 the first rank's embedding is relabelled below).
+RANK_FACTS = {"pp_group.is_first_rank": True, "pp_group.is_last_rank": True}
+UNRECOGNISED = "unrecognised_capture"
 
 
-def forward_style(model_source: str, version: str) -> str:
-    """How the installed DeepseekV2 forward captures hidden states.
+@functools.lru_cache(maxsize=8)
+def _tree(source: str) -> Optional[ast.Module]:
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return None
+
+
+def functions_of(*sources: Optional[str]) -> Dict[str, ast.FunctionDef]:
+    """Every ``Class.method`` of the given files, by qualified name."""
+    out: Dict[str, ast.FunctionDef] = {}
+    for source in sources:
+        tree = _tree(source) if source else None
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef):
+                        out.setdefault("%s.%s" % (node.name, item.name), item)
+    return out
+
+
+def _self_path(node: ast.AST) -> Optional[str]:
+    """``self.a.b`` -> "a.b"; anything else None."""
+    parts: List[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id == "self" and parts:
+        return ".".join(reversed(parts))
+    return None
+
+
+def _truth(test: ast.AST, known: typing.Mapping[str, bool]) -> Optional[bool]:
+    """A condition's value where the model's own state decides it, else None."""
+    if isinstance(test, ast.Constant):
+        return bool(test.value)
+    path = _self_path(test)
+    if path is not None:
+        return known.get(path)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _truth(test.operand, known)
+        return None if value is None else not value
+    if isinstance(test, ast.BoolOp):
+        values = [_truth(v, known) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in values else (True if all(v is True for v in values) else None)
+        return True if True in values else (False if all(v is False for v in values) else None)
+    return None
+
+
+def _offset(node: ast.AST, var: Optional[str]) -> Optional[int]:
+    """d for ``var + d`` (``var``: 0, ``var - 1``: -1), else None."""
+    if isinstance(node, ast.Name) and node.id == var:
+        return 0
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) \
+            and isinstance(node.right, ast.Constant) and isinstance(node.right.value, int):
+        inner = _offset(node.left, var)
+        if inner is not None:
+            return inner + (node.right.value if isinstance(node.op, ast.Add) else -node.right.value)
+    return None
+
+
+def _membership(test: ast.AST, var: Optional[str]) -> Tuple[Optional[int], Optional[ast.AST]]:
+    """(d, the rest of the test) for ``var + d in self.layers_to_capture [and rest]``; (None, test) otherwise."""
+    def member(node: ast.AST) -> Optional[int]:
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In) \
+                and _self_path(node.comparators[0]) == "layers_to_capture":
+            return _offset(node.left, var)
+        return None
+    d = member(test)
+    if d is not None:
+        return d, None
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        for k, value in enumerate(test.values):
+            d = member(value)
+            if d is not None:
+                rest = test.values[:k] + test.values[k + 1:]
+                return d, (rest[0] if len(rest) == 1 else ast.BoolOp(op=ast.And(), values=rest))
+    return None, test
+
+
+def _unparse(node: ast.AST) -> str:
+    return ast.unparse(node) if hasattr(ast, "unparse") else ast.dump(node)
+
+
+# ---- the decoder layer and what it hands the list to (native capture) --------------
+
+# Provenance of a value inside the capture code: (what, cloned).  "pre": the residual as
+# the layer received it; "input": the residual the layer's input preparation returns
+# (state i); "normed": the normalised attention input; "other": anything else.
+_Prov = FrozenSet[Tuple[str, bool]]
+_OTHER: _Prov = frozenset({("other", False)})
+
+
+def _prov(expr: ast.AST, env: Dict[str, _Prov]) -> _Prov:
+    if isinstance(expr, ast.Name):
+        return env.get(expr.id, _OTHER)
+    if isinstance(expr, ast.Attribute) and expr.attr == "residual" and isinstance(expr.value, ast.Name):
+        return env.get(expr.value.id, _OTHER)
+    if isinstance(expr, ast.IfExp):
+        return _prov(expr.body, env) | _prov(expr.orelse, env)
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr == "clone":
+            return frozenset((what, True) for what, _c in _prov(expr.func.value, env))
+        # A communication (gather, move) hands on the rows it is given.
+        found: set = set()
+        for arg in list(expr.args) + [k.value for k in expr.keywords]:
+            found |= {p for p in _prov(arg, env) if p[0] != "other"}
+        return frozenset(found) if found else _OTHER
+    return _OTHER
+
+
+def _is_prepare(call: ast.Call, callables: Dict[str, List[str]]) -> bool:
+    """A call of the layer's input preparation (prepare_attn, _prepare, _prepare_input)."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else (func.id if isinstance(func, ast.Name) else "")
+    return "prepare" in name and (isinstance(func, ast.Attribute) or name in callables)
+
+
+def follow_capture(funcs: Dict[str, ast.FunctionDef], qualname: str, key: str,
+                   depth: int = 0) -> Optional[List[Tuple[_Prov, bool]]]:
+    """What ``qualname`` appends to the capture list it is handed as keyword ``key``.
+
+    One (provenance, copies) per append, in order, following the list through the
+    calls it is passed on to; None where a function on the way is not in the files.
+    ``copies``: the accumulator's ``capture()`` copies what it is not told it owns.
+    """
+    fn = funcs.get(qualname)
+    if fn is None or depth > 6:
+        return None
+    cls = qualname.rsplit(".", 1)[0]
+    names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+    param: Optional[str] = key if key in names else None
+    kwdict = fn.args.kwarg.arg if (param is None and fn.args.kwarg is not None) else None
+    if param is None and kwdict is None:
+        return []
+    env: Dict[str, _Prov] = {n: frozenset({("pre", False)}) for n in ("residual", "stream") if n in names}
+    callables: Dict[str, List[str]] = {}
+    out: List[Tuple[_Prov, bool]] = []
+    holds = [True]  # False once the parameter's name is rebound: from there on it is not the list
+
+    def callee(call: ast.Call, passed: str) -> Optional[List[str]]:
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            if isinstance(func.value, ast.Name) and func.value.id == "self":
+                return ["%s.%s" % (cls, func.attr)]
+            owner = _self_path(func.value)
+            if owner in CAPTURE_DELEGATES:
+                return ["%s.%s" % (CAPTURE_DELEGATES[owner], func.attr)]
+            return None
+        if isinstance(func, ast.Name) and func.id in callables:
+            named = [q for q in callables[func.id] if q in funcs and passed in
+                     [a.arg for a in funcs[q].args.args + funcs[q].args.kwonlyargs]]
+            return named or [q for q in callables[func.id] if q in funcs and funcs[q].args.kwarg is not None]
+        return None
+
+    def forwards(node: ast.AST) -> None:
+        """Follow every call in ``node`` that passes the list on."""
+        for call in [n for n in ast.walk(node) if isinstance(n, ast.Call)] if holds[0] else []:
+            for kw in call.keywords:
+                if kw.arg is not None and param is not None and isinstance(kw.value, ast.Name) and kw.value.id == param:
+                    passed = kw.arg
+                elif kw.arg is None and kwdict is not None and isinstance(kw.value, ast.Name) and kw.value.id == kwdict:
+                    passed = key
+                else:
+                    continue
+                for target in callee(call, passed) or [None]:
+                    got = follow_capture(funcs, target, passed, depth + 1) if target else None
+                    if got is None:
+                        raise LookupError("%s passes the capture list to %s, not found" % (qualname, _unparse(call.func)))
+                    out.extend(got)
+
+    def walk(stmts: Sequence[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                test = stmt.test
+                given = isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                    and test.left.id == param and isinstance(test.comparators[0], ast.Constant) \
+                    and test.comparators[0].value is None
+                if given and isinstance(test.ops[0], ast.IsNot):
+                    walk(stmt.body)
+                elif given and isinstance(test.ops[0], ast.Is):
+                    walk(stmt.orelse)
+                else:
+                    before = dict(env)
+                    walk(stmt.body)
+                    taken = dict(env)
+                    env.clear()
+                    env.update(before)
+                    walk(stmt.orelse)
+                    for name, prov in taken.items():
+                        env[name] = env.get(name, frozenset()) | prov
+                continue
+            if isinstance(stmt, (ast.For, ast.While, ast.With, ast.Try)):
+                walk(stmt.body)
+                walk(getattr(stmt, "finalbody", []))
+                continue
+            if param is not None and any(isinstance(t, ast.Name) and t.id == param for node in ast.walk(stmt)
+                                         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                                         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+                holds[0] = False
+            if holds[0] and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+                    and isinstance(stmt.value.func, ast.Attribute) and isinstance(stmt.value.func.value, ast.Name) \
+                    and stmt.value.func.value.id == param and stmt.value.func.attr in ("append", "capture"):
+                args = stmt.value.args
+                out.append((_prov(args[0], env) if args else _OTHER, stmt.value.func.attr == "capture"))
+                continue
+            forwards(stmt)
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+                target, value = stmt.targets[0], stmt.value
+                if isinstance(value, ast.Call) and _is_prepare(value, callables) and isinstance(target, ast.Tuple) \
+                        and len(target.elts) >= 2:
+                    for elt, what in zip(target.elts[:2], ("normed", "input")):
+                        if isinstance(elt, ast.Name):
+                            env[elt.id] = frozenset({(what, False)})
+                elif isinstance(target, ast.Name):
+                    methods = [n for n in ast.walk(value) if isinstance(n, ast.Attribute)
+                               and isinstance(n.value, ast.Name) and n.value.id == "self"
+                               and "%s.%s" % (cls, n.attr) in funcs]
+                    if isinstance(value, (ast.IfExp, ast.Attribute)) and methods and not isinstance(value, ast.Call):
+                        callables[target.id] = ["%s.%s" % (cls, m.attr) for m in methods]
+                    else:
+                        env[target.id] = _prov(value, env)
+
+    try:
+        walk(fn.body)
+    except LookupError:
+        return None
+    return out
+
+
+# ---- DeepseekV2Model.forward ---------------------------------------------------------
+
+@dataclass
+class _Walk:
+    """The state of one way through DeepseekV2Model.forward."""
+
+    phase: str = "before"            # "before", "loop", "after" the layer loop
+    loop_var: Optional[str] = None
+    layer_called: bool = False
+    before: List[str] = field(default_factory=list)
+    # Per-layer captures: (d, after the layer call, what); d None: every layer.
+    layer: List[Tuple[Optional[int], bool, str]] = field(default_factory=list)
+    after: List[str] = field(default_factory=list)
+    accumulator: Optional[str] = None  # "list", "packer"
+    held: Dict[str, str] = field(default_factory=dict)  # local names holding a capture
+    problems: List[str] = field(default_factory=list)
+    loops: int = 0
+
+    def key(self) -> Tuple[Any, ...]:
+        return (self.phase, tuple(self.before), tuple(self.layer), tuple(self.after), self.accumulator)
+
+
+def _accumulator_name(fn: ast.FunctionDef) -> str:
+    """The list the forward returns beside hidden_states (``aux_hidden_states``)."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Tuple) and len(node.value.elts) == 2:
+            second = node.value.elts[1]
+            if isinstance(second, ast.Call) and isinstance(second.func, ast.Attribute):
+                second = second.func.value  # aux_hidden_states.finalize()
+            if isinstance(second, ast.Name):
+                return second.id
+    return "aux_hidden_states"
+
+
+def _layer_names(fn: ast.FunctionDef) -> Dict[str, ast.AST]:
+    """Local names bound to ``self.layers[...]``, with the index they take."""
+    out: Dict[str, ast.AST] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Subscript) and _self_path(node.value.value) == "layers":
+            out[node.targets[0].id] = node.value.slice
+    return out
+
+
+def _layer_call(node: ast.AST, layers: Dict[str, ast.AST]) -> Optional[Tuple[ast.Call, ast.AST]]:
+    """The call of a decoder layer in ``node``, with the index of the layer, or None."""
+    for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+        if isinstance(call.func, ast.Name) and call.func.id in layers:
+            return call, layers[call.func.id]
+        if isinstance(call.func, ast.Subscript) and _self_path(call.func.value) == "layers":
+            return call, call.func.slice
+    return None
+
+
+def _is_stream_sum(expr: ast.AST) -> bool:
+    """``hidden_states + residual``: the residual stream, whole."""
+    return isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add) \
+        and {getattr(expr.left, "id", None), getattr(expr.right, "id", None)} == {"hidden_states", "residual"}
+
+
+class ForwardReader:
+    """Reads DeepseekV2Model.forward for one set of model flags (see the section comment)."""
+
+    def __init__(self, fn: ast.FunctionDef, known: typing.Mapping[str, bool]) -> None:
+        self.fn = fn
+        self.known = known
+        self.acc = _accumulator_name(fn)
+        self.layers = _layer_names(fn)
+
+    def read(self) -> _Walk:
+        walk = _Walk()
+        return self.walk(self.fn.body, walk, None)
+
+    # -- statements
+
+    def walk(self, stmts: Sequence[ast.stmt], st: _Walk, member: Optional[int]) -> _Walk:
+        for stmt in stmts:
+            st = self.statement(stmt, st, member)
+        return st
+
+    def statement(self, stmt: ast.stmt, st: _Walk, member: Optional[int]) -> _Walk:
+        if isinstance(stmt, ast.If):
+            d, rest = _membership(stmt.test, st.loop_var) if st.phase == "loop" else (None, stmt.test)
+            if d is not None:
+                if rest is None or _truth(rest, self.known) is not False:
+                    st = self.walk(stmt.body, st, d)
+                return self.walk(stmt.orelse, st, member)
+            truth = _truth(stmt.test, self.known)
+            if truth is True:
+                return self.walk(stmt.body, st, member)
+            if truth is False:
+                return self.walk(stmt.orelse, st, member)
+            taken = self.walk(stmt.body, copy.deepcopy(st), member)
+            other = self.walk(stmt.orelse, copy.deepcopy(st), member)
+            if taken.key() != other.key():
+                taken.problems.append("what is captured depends on `%s`, which the double does not model"
+                                      % _unparse(stmt.test))
+            for name, label in other.held.items():
+                taken.held.setdefault(name, label)
+            return taken
+        if isinstance(stmt, ast.For) and _layer_call(stmt, self.layers) is not None:
+            st.loops += 1
+            if st.phase != "before":
+                st.problems.append("a second loop over the decoder layers")
+                return self.walk(stmt.body, st, member)
+            st.phase, st.loop_var, st.layer_called = "loop", getattr(stmt.target, "id", None), False
+            st = self.walk(stmt.body, st, None)
+            st.phase, st.loop_var = "after", None
+            return self.walk(stmt.orelse, st, member)
+        if isinstance(stmt, (ast.For, ast.While, ast.With, ast.AsyncWith)):
+            return self.walk(stmt.body, st, member)
+        if isinstance(stmt, ast.Try):
+            return self.walk(list(stmt.body) + list(stmt.finalbody), st, member)
+        self.simple(stmt, st, member)
+        return st
+
+    def simple(self, stmt: ast.stmt, st: _Walk, member: Optional[int]) -> None:
+        if st.phase == "loop" and not st.layer_called:
+            found = _layer_call(stmt, self.layers)
+            if found is not None:
+                self.layer_call(found[0], found[1], st)
+                st.layer_called = True
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            name, value = stmt.targets[0].id, stmt.value
+            if name == self.acc:
+                self.initialise(value, st)
+            elif st.phase == "loop" and any(_is_stream_sum(n) for n in ast.walk(value)):
+                st.held[name] = "sum"  # gathered across ranks: the same rows
+            elif st.phase == "before":
+                label = self.what(value, st)
+                if not label.startswith(UNRECOGNISED):
+                    st.held[name] = label
+            return
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self.acc):
+                continue
+            if func.attr in ("append", "capture") and call.args:
+                self.append(call.args[0], st, member)
+            elif func.attr == "pop" and st.phase == "before" and st.before:
+                st.before.pop()
+            elif func.attr not in ("finalize",):
+                st.problems.append("%s.%s() in DeepseekV2Model.forward" % (self.acc, func.attr))
+
+    def initialise(self, value: ast.AST, st: _Walk) -> None:
+        if st.phase != "before":
+            st.problems.append("%s is reset %s the layer loop" % (self.acc, "in" if st.phase == "loop" else "after"))
+        func = value.func if isinstance(value, ast.Call) else None
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        owner = getattr(func.value, "id", None) if isinstance(func, ast.Attribute) else None
+        if isinstance(value, ast.List) and not value.elts:
+            st.accumulator = "list"
+        elif name in COPYING_ACCUMULATORS or owner in COPYING_ACCUMULATORS:
+            st.accumulator = "packer"
+        else:
+            st.accumulator = None
+            st.problems.append("%s = %s is no capture list the double knows" % (self.acc, _unparse(value)))
+        st.before = []
+
+    def what(self, expr: ast.AST, st: _Walk) -> str:
+        """What an append in the current phase puts in the list."""
+        if isinstance(expr, ast.Name) and expr.id in st.held:
+            return st.held[expr.id]
+        if st.phase == "loop":
+            return "sum" if _is_stream_sum(expr) else "%s(%s)" % (UNRECOGNISED, _unparse(expr))
+        base, cloned = expr, False
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "clone" \
+                and not expr.args:
+            base, cloned = expr.func.value, True
+        if isinstance(base, ast.Name) and base.id == "hidden_states":
+            if st.phase == "before":
+                return EMBED if cloned else "embed_overwritten_in_place"
+            return "hidden_states_after_the_layer_loop"
+        return "%s(%s)" % (UNRECOGNISED, _unparse(expr))
+
+    def append(self, expr: ast.AST, st: _Walk, member: Optional[int]) -> None:
+        if st.accumulator is None and not any("no capture list" in p for p in st.problems):
+            st.problems.append("%s appended to before it is initialised" % self.acc)
+        label = self.what(expr, st)
+        if st.phase == "before":
+            st.before.append(label)
+        elif st.phase == "after":
+            st.after.append(label)
+        else:
+            st.layer.append((member, st.layer_called, label))
+
+    def layer_call(self, call: ast.Call, index: ast.AST, st: _Walk) -> None:
+        if _offset(index, st.loop_var) != 0:
+            st.problems.append("the layer loop calls self.layers[%s]" % _unparse(index))
+        for kw in call.keywords:
+            if kw.arg != LAYER_CAPTURE_KEYWORD:
+                continue
+            value = kw.value
+            if isinstance(value, ast.Constant) and value.value is None:
+                return
+            if isinstance(value, ast.Name) and value.id == self.acc:
+                st.layer.append((None, False, "native"))
+                return
+            if isinstance(value, ast.IfExp) and isinstance(value.body, ast.Name) and value.body.id == self.acc \
+                    and isinstance(value.orelse, ast.Constant) and value.orelse.value is None:
+                d, rest = _membership(value.test, st.loop_var)
+                if d is not None and rest is None:
+                    st.layer.append((d, False, "native"))
+                    return
+            st.problems.append("%s=%s" % (LAYER_CAPTURE_KEYWORD, _unparse(value)))
+
+
+@dataclass(frozen=True)
+class ForwardCapture:
+    """What DeepseekV2Model.forward captures for one set of model flags."""
+
+    style: str  # "loop", "native", "unknown"
+    walk: _Walk
+    native: Optional[List[Tuple[_Prov, bool]]]  # what the decoder layer appends (native), None if not followed
+    uninitialised: Tuple[str, ...]
+    notes: Tuple[str, ...]
+
+
+def init_attributes(funcs: Dict[str, ast.FunctionDef]) -> FrozenSet[str]:
+    """The attributes DeepseekV2Model.__init__ sets on self."""
+    init = funcs.get("DeepseekV2Model.__init__")
+    out = set()
+    for node in ast.walk(init) if init is not None else []:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for elt in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    path = _self_path(elt)
+                    if path is not None and "." not in path:
+                        out.add(path)
+    return frozenset(out)
+
+
+def read_capture(sources: typing.Mapping[str, Optional[str]], model_flags: typing.Mapping[str, bool]) -> ForwardCapture:
+    """Read the installed capture code for the flags set_eagle3_layers_to_capture left on the model."""
+    funcs = functions_of(*(sources.get(rel) for rel in CAPTURE_FILES))
+    fn = funcs.get("DeepseekV2Model.forward")
+    if fn is None:
+        return ForwardCapture("unknown", _Walk(), None, (), ("deepseek_v2.py has no DeepseekV2Model.forward",))
+    known = dict(RANK_FACTS)
+    known.update(model_flags)
+    walk = ForwardReader(fn, known).read()
+    notes = list(walk.problems)
+    if walk.loops != 1:
+        notes.append("DeepseekV2Model.forward has %d layer loops" % walk.loops)
+    native: Optional[List[Tuple[_Prov, bool]]] = None
+    kinds = {what for _d, _a, what in walk.layer}
+    style = "unknown"
+    if "native" in kinds:
+        native = follow_capture(funcs, DECODER_LAYER_FORWARD, LAYER_CAPTURE_KEYWORD)
+        if native is None:
+            notes.append("the decoder layer's capture code is not in %s" % ", ".join(CAPTURE_FILES[1:]))
+        else:
+            style = "native"
+    elif "sum" in kinds:
+        style = "loop"
+    read = {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "self"}
+    uninitialised = tuple(sorted(f for f in model_flags if f in read and f not in init_attributes(funcs)))
+    return ForwardCapture(style, walk, native, uninitialised, tuple(notes))
+
+
+def forward_style(sources: typing.Mapping[str, Optional[str]]) -> str:
+    """How the installed DeepseekV2 forward captures hidden states, read from its structure.
 
     "loop": before layer i it appends ``hidden_states + residual`` (up to
     0.5.13.post1); index 0 would add ``None`` and raise.  "native": the
-    capture lives in the decoder layer and index 0 is the embedding output
-    (0.5.14 and later).  "unknown": neither; the double will not guess.
+    decoder layer captures the residual it prepares (0.5.14 and later), index 0
+    is the embedding output.  "unknown": neither; the double will not guess.
     """
-    if _LOOP_CAPTURE.search(model_source):
-        return "loop"
-    if release_tuple(version) >= NATIVE_EMBED_CAPTURE_RELEASE:
-        return "native"
-    return "unknown"
+    return read_capture(sources, {}).style
 
 
-def embedding_append(model_source: str, flag: str) -> Optional[str]:
-    """Whether the forward appends the embedding under ``if self.<flag>``.
-
-    Returns "clone" for ``aux_hidden_states.append(hidden_states.clone())``,
-    "alias" for an append of ``hidden_states`` itself (layer 0's in-place
-    ``fused_add_rmsnorm`` then overwrites it, so the draft never sees the
-    embedding), None when there is no such guarded append.
-    """
-    guard = r"if\s+[^\n:]*\bself\.%s\b[^\n]*:\s*\n\s*" % re.escape(flag)
-    if re.search(guard + r"aux_hidden_states\.append\(\s*hidden_states\.clone\(\)\s*\)", model_source):
-        return "clone"
-    if re.search(guard + r"aux_hidden_states\.append\(\s*hidden_states\s*\)", model_source):
-        return "alias"
-    return None
+def _native_label(state: int, prov: _Prov, copies: bool, layer: int) -> str:
+    whats = {what for what, _c in prov}
+    if whats == {"input"}:
+        if copies or any(cloned for _w, cloned in prov):
+            return capture_label(state)
+        return capture_label(state) + "_overwritten_in_place"
+    if "pre" in whats:
+        return "residual_before_the_input_norm_of_layer_%d" % layer
+    return "%s(in layer %d)" % (UNRECOGNISED, layer)
 
 
 _NO_ARG_RESET = re.compile(r"\.set_eagle3_layers_to_capture\(\s*\)")
@@ -559,18 +1100,25 @@ class Wiring:
     trained: Tuple[str, ...]
     fatal: Optional[str] = None
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    # False when the capture code was read but does not hand the draft its states in the
+    # order it was trained on (concatenated shallowest first), or could not be read whole.
+    in_order: bool = True
 
     @property
     def matches_training(self) -> bool:
         """Decode dominates generation, so decode's inputs decide acceptance."""
-        return self.fatal is None and set(self.decode) == set(self.trained)
+        return self.fatal is None and self.in_order and set(self.decode) == set(self.trained)
 
 
 def _depth(label: str) -> int:
-    """Sort key: embedding first, then layers by depth, anything odd last."""
-    if label == EMBED:
+    """Sort key: embedding first, then layers by depth, anything odd last.
+
+    A label with a suffix ("L2_overwritten_in_place") sorts where its state would.
+    """
+    if label == EMBED or label.startswith((EMBED + "_", "pp_proxy")):
         return -1
-    return int(label[1:]) if label[1:].isdigit() else 10**6
+    match = re.match(r"L(\d+)(?:_|$)", label)
+    return int(match.group(1)) if match else 10**6
 
 
 def _depth_order(labels: Sequence[str]) -> Tuple[str, ...]:
@@ -579,45 +1127,89 @@ def _depth_order(labels: Sequence[str]) -> Tuple[str, ...]:
 
 
 def captured_states(
-    model_source: str,
-    style: str,
+    sources: typing.Mapping[str, Optional[str]],
     layer_ids: Optional[List[Any]],
     num_layers: int,
     pp_size: int,
-) -> Tuple[Tuple[str, ...], List[str], Optional[str]]:
-    """Tensors one forward pass hands the draft for these ids: (labels, notes, fatal)."""
+) -> Tuple[Tuple[str, ...], List[str], Optional[str], bool]:
+    """Tensors one forward pass hands the draft for these ids: (labels, notes, fatal, in order).
+
+    ``sources``: the capture files (CAPTURE_FILES) as installed, None where absent.
+    The ids go through the installed set_eagle3_layers_to_capture (executed, see
+    layer_bookkeeping); what the forward does with the result is read from its
+    structure (read_capture).  "In order" is False when the appends do not follow
+    the depth order the draft's features were concatenated in, or the capture code
+    holds something the double cannot read.
+    """
     notes: List[str] = []
+    model_source = sources.get(MODEL_FILE) or ""
     method = extract_method(model_source, "DeepseekV2ForCausalLM", "set_eagle3_layers_to_capture")
     if method is None:
-        return (), ["deepseek_v2.py has no set_eagle3_layers_to_capture"], "EAGLE3 unsupported for DeepseekV2 here"
+        return (), ["deepseek_v2.py has no set_eagle3_layers_to_capture"], "EAGLE3 unsupported for DeepseekV2 here", True
     try:
         book = layer_bookkeeping(method, layer_ids, num_layers)
     except Exception as exc:  # the installed method is foreign code: any failure is a finding
-        return (), ["set_eagle3_layers_to_capture(%r) raised %r" % (layer_ids, exc)], "set_eagle3_layers_to_capture raised"
+        return (), ["set_eagle3_layers_to_capture(%r) raised %r" % (layer_ids, exc)], "set_eagle3_layers_to_capture raised", True
     notes.append("layers_to_capture=%s flags=%s for ids %s" % (list(book.layers_to_capture), sorted(book.true_flags), layer_ids))
+    reading = read_capture(sources, book.flags)
+    walk = reading.walk
+    notes += list(reading.notes)
+    fatal = None
+    for name in reading.uninitialised:
+        fatal = fatal or ("AttributeError: 'DeepseekV2Model' object has no attribute %r (DeepseekV2Model.forward "
+                          "reads it, __init__ never sets it: any forward before set_eagle3_layers_to_capture "
+                          "raises)" % name)
     labels: List[str] = []
-    for flag in sorted(book.true_flags):
-        kind = embedding_append(model_source, flag)
-        if kind == "clone":
+    for label in walk.before:
+        if label == EMBED:
             labels.append(EMBED if pp_size == 1 else "pp_proxy_hidden_states")
             if pp_size > 1:
                 notes.append("pp_size > 1: the embedding lives on the first rank, capture on the last")
-        elif kind == "alias":
-            labels.append("embed_overwritten_in_place")
-            notes.append("embedding appended without .clone(): layer 0 overwrites it in place")
-    fatal = None
-    for index in book.layers_to_capture:
-        if not 0 <= index < num_layers:
-            notes.append("capture index %d outside 0..%d: never captured" % (index, num_layers - 1))
-            continue
-        if index == 0 and style == "loop":
-            fatal = "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' (capture index 0, residual is None)"
-            continue
-        if index == 0 and pp_size > 1:
-            labels.append("pp_proxy_hidden_states")
-            continue
-        labels.append(capture_label(index))
-    return _depth_order(labels), notes, fatal
+        else:
+            labels.append(label)
+            if label == "embed_overwritten_in_place":
+                notes.append("embedding appended without .clone(): layer 0 overwrites it in place")
+    wanted = set(book.layers_to_capture)
+    fired = set()
+    for i in range(num_layers):
+        for d, after, what in walk.layer:
+            if d is not None and i + d not in wanted:
+                continue
+            if d is not None:
+                fired.add(i + d)
+            state = i + (1 if after else 0)
+            if what == "sum" and state == 0:
+                fatal = fatal or "TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType' (capture index 0, residual is None)"
+            elif what == "sum":
+                labels.append(capture_label(state))
+            elif what == "native" and state == 0 and pp_size > 1:
+                labels.append("pp_proxy_hidden_states")
+            elif what == "native":
+                for prov, copies in reading.native or []:
+                    if i == 0 and ("pre", False) in prov:
+                        fatal = fatal or ("TypeError: the capture at layer 0 appends None (the residual before "
+                                          "layer 0's input norm, capture index %d)" % (i + (d or 0)))
+                        continue
+                    labels.append(_native_label(state, prov, copies or walk.accumulator == "packer", i))
+            else:
+                labels.append(what)
+    if any(d is not None for d, _a, _w in walk.layer):
+        for index in book.layers_to_capture:
+            if index not in fired:
+                notes.append("capture index %d outside 0..%d: never captured" % (index, num_layers - 1))
+    elif not walk.layer:
+        notes.append("DeepseekV2Model.forward captures in no decoder layer")
+    if walk.after:
+        notes.append("appended after the layer loop: %s" % walk.after)
+    labels += walk.after
+    if walk.accumulator == "packer" and labels and len(labels) != len(book.layers_to_capture):
+        fatal = fatal or "AuxHiddenStatePacker: captured %d of %d aux hidden states" % (
+            len(labels), len(book.layers_to_capture))
+    in_order = labels == sorted(labels, key=_depth) and not walk.problems and walk.loops == 1
+    if labels != sorted(labels, key=_depth):
+        notes.append("concatenated out of depth order: %s" % labels)
+    # Not deduplicated: a state captured twice is one more input than the draft's fc takes.
+    return tuple(sorted(labels, key=_depth)), notes, fatal, in_order
 
 
 def _label(name: str) -> str:
@@ -661,8 +1253,8 @@ def executed_wiring(
 ) -> Optional[Tuple[Tuple[str, ...], Tuple[str, ...], Optional[str], List[str]]]:
     """(prefill, decode, fatal, notes) from EXECUTING the installed capture code, or None.
 
-    None when this python has no torch or no harness was named: the text
-    heuristics then judge as before.  The harness runs the installed
+    None when this python has no torch or no harness was named: the
+    structural reading (read_capture) then judges.  The harness runs the installed
     release's own set_eagle3_layers_to_capture, DeepseekV2Model.forward and
     (0.5.14+) decoder-layer capture on CPU tensors, in the state CUDA graphs
     are captured in and in the eager state.  Only what it captured is used
@@ -715,8 +1307,8 @@ def judge_wiring(
     if site_packages is None:
         return Wiring((), (), trained_t, fatal="ModuleNotFoundError: No module named 'sglang'")
     srt = os.path.join(site_packages, "sglang", "srt")
-    model_source = read_text(os.path.join(srt, "models", "deepseek_v2.py")) or ""
-    style = forward_style(model_source, version)
+    sources = {rel: read_text(os.path.join(srt, rel)) for rel in CAPTURE_FILES}
+    style = forward_style(sources)
     use_aux, layer_ids = draft_eagle_settings(draft_path)
     notes = ["sglang %s, forward capture style %r, draft ids %s%s" % (
         version, style, layer_ids, "" if layer_ids is not None else " (defaults [2, n//2, n-3])")]
@@ -731,16 +1323,17 @@ def judge_wiring(
         if fatal is None and len(prefill) != len(trained_t):
             fatal = "RuntimeError: draft fc expects %d hidden states, got %d" % (len(trained_t), len(prefill))
         return Wiring(prefill, decode, trained_t, fatal, tuple(notes + more))
-    prefill, more, fatal = captured_states(model_source, style, layer_ids, num_layers, pp_size)
+    prefill, more, fatal, in_order = captured_states(sources, layer_ids, num_layers, pp_size)
     notes += more
     decode = prefill
     graph_runner = read_text(os.path.join(srt, "model_executor", "cuda_graph_runner.py"))
     if not disable_cuda_graph and graph_capture_resets_ids(graph_runner):
-        decode, more, _ = captured_states(model_source, style, None, num_layers, pp_size)
+        decode, more, _, graph_order = captured_states(sources, None, num_layers, pp_size)
+        in_order = in_order and graph_order
         notes.append("CUDA graphs captured with default ids (no-argument set_eagle3_layers_to_capture()); decode sees %s" % (list(decode),))
     if fatal is None and len(prefill) != len(trained_t):
         fatal = "RuntimeError: draft fc expects %d hidden states, got %d" % (len(trained_t), len(prefill))
-    return Wiring(prefill, decode, trained_t, fatal, tuple(notes))
+    return Wiring(prefill, decode, trained_t, fatal, tuple(notes), in_order)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,148 @@
+"""The test double's silent speculative rewrite, checked against each release's own ServerArgs.
+
+The double (files/sglang_test_double, ``resolve_speculative_params``) mimics what SGLang does
+to (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens): the
+(3, 1, 4) auto-choice when none is set, the assert and the TypeError on partial triples, and
+the incident's rewrite (topk 1: draft tokens := steps + 1, a warning only). Here the same
+triples go through the real ``prepare_server_args`` (and ``resolve_once`` from 0.5.23) of every
+release tests/test_parse_server_args.py covers, in its parser venv (testbed/parser_venv, CPU
+torch, ``--device cpu``), and the double must resolve each to the same values, warn where
+SGLang warns and refuse where SGLang raises.
+
+One interpreter per release runs the whole grid (23 triples), so SGLang's import (the 3 to 15 CPU
+seconds a zygote saves in test_parse_server_args.py) is paid once per release, not per triple; its
+fixtures are imported, not its zygotes, which pytest would start a second time for this module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+
+from double_harness import DOUBLE
+from test_parse_server_args import RELEASES, fresh, models, python311, release  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
+                                reason="SGLANG_PARSER_TESTS=0")
+
+
+def _load_double() -> Any:
+    spec = importlib.util.spec_from_file_location("sglang_test_double_rule", DOUBLE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+td = _load_double()
+FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+Triple = Tuple[Optional[int], Optional[int], Optional[int]]
+# Every combination of a few steps, topk and draft-token counts (the incident's 1/1/16 and the fix's 15/1/16
+# among them), and the partial triples: none set, draft unset (topk 1 and > 1), topk unset, steps unset.
+GRID: List[Triple] = [(s, k, d) for s in (1, 3, 15) for k in (1, 4) for d in (2, 4, 16)] + [
+    (None, None, None), (3, 1, None), (3, 4, None), (3, None, None), (None, 1, 16)]
+ADJUSTED = "speculative_num_draft_tokens is adjusted"
+
+# Runs in the release's python: prepare_server_args on each triple, what it resolved (or raised) and
+# whether SGLang logged the draft-token rewrite.
+SCRIPT = r"""
+import contextlib, io, json, logging, sys
+request = json.loads(sys.argv[1])
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    from sglang.srt.server_args import prepare_server_args
+
+
+class Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def resolved(args):
+    if not hasattr(args, "resolve_once"):  # up to 0.5.18 prepare_server_args resolves
+        return args
+    args.resolve_once()  # 0.5.23: the values that run appear after it
+    for module in ("sglang.srt.arg_groups.overrides", "sglang.srt.arg_groups.model_override_base"):
+        try:
+            return __import__(module, fromlist=["resolving_view"]).resolving_view(args)
+        except (ImportError, AttributeError):
+            continue
+    return args
+
+
+out = []
+for triple in request["triples"]:
+    argv = list(request["base"])
+    for flag, value in zip(request["flags"], triple):
+        if value is not None:
+            argv += [flag, str(value)]
+    collect = Collect()
+    logging.getLogger("sglang").addHandler(collect)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            view = resolved(prepare_server_args(argv))
+        got = {"resolved": [view.speculative_num_steps, view.speculative_eagle_topk,
+                            view.speculative_num_draft_tokens]}
+    except BaseException as exc:
+        got = {"raised": "%s: %s" % (type(exc).__name__, exc)}
+    logging.getLogger("sglang").removeHandler(collect)
+    got["warned"] = any(request["adjusted"] in line for line in collect.lines)
+    out.append(got)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def real(release: Any, models: Any) -> Any:
+    """version -> {triple: what that release's ServerArgs made of it}, one interpreter per release."""
+    target, draft = models
+    cache: Dict[str, Dict[Triple, Dict[str, Any]]] = {}
+
+    def get(version: str) -> Dict[Triple, Dict[str, Any]]:
+        if version not in cache:
+            request = {"base": ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+                                "--speculative-draft-model-path", str(draft), "--device", "cpu"],
+                       "flags": FLAGS, "triples": GRID, "adjusted": ADJUSTED}
+            rc, out, err = fresh(release, version)(SCRIPT, [json.dumps(request)])
+            assert rc == 0 and out.strip(), err[-3000:]
+            cache[version] = dict(zip(GRID, json.loads(out.strip().splitlines()[-1])))
+        return cache[version]
+
+    return get
+
+
+def double(triple: Triple) -> Dict[str, Any]:
+    try:
+        params = td.resolve_speculative_params("EAGLE3", *triple, "DeepseekV3ForCausalLM")
+    except td.FatalStartup as exc:
+        return {"refused": str(exc)}
+    return {"resolved": [params.num_steps, params.eagle_topk, params.num_draft_tokens], "warned": params.adjusted}
+
+
+@pytest.mark.parametrize("version", RELEASES)
+def test_the_doubles_rewrite_is_the_releases(real: Any, version: str) -> None:
+    results = real(version)
+    for triple in GRID:
+        sglang, mine = results[triple], double(triple)
+        if "raised" in sglang:
+            assert "refused" in mine, (triple, sglang, mine)
+        elif None in sglang["resolved"]:
+            # The one place ServerArgs does not decide: topk > 1 with no draft-token count stays None,
+            # and the server dies later (ModelRunner sizes its CUDA-graph warm-up batch by it: by
+            # reading 0.5.9). The double refuses it at start, which is where SGLang's process ends.
+            assert triple[1] != 1 and triple[2] is None and sglang["resolved"][:2] == list(triple[:2]), sglang
+            assert "refused" in mine and "--speculative-num-draft-tokens unset" in mine["refused"], mine
+        else:
+            assert mine.get("resolved") == sglang["resolved"], (triple, sglang, mine)
+            assert mine["warned"] is sglang["warned"], (triple, sglang, mine)
+    # The incident, by name: 1/1/16 runs with 2 draft tokens, 15/1/16 as given.
+    assert results[(1, 1, 16)]["resolved"] == [1, 1, 2] and results[(15, 1, 16)]["resolved"] == [15, 1, 16]
