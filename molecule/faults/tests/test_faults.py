@@ -51,10 +51,14 @@ WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "f
 MOLECULE_INVENTORY = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "inventory"
 MATRIX = PROJECT / "molecule" / "faults" / "files" / "matrix.yml"
 FAIL_HOOK = PROJECT / "molecule" / "faults" / "files" / "fail-hook.yml"
+REVERT_HOOK = PROJECT / "molecule" / "faults" / "files" / "revert-patch-hook.yml"
 DRAIN_HOOK = PROJECT / "examples" / "hooks" / "tasks" / "drain.yml"
 DRAIN_FLAG = "/var/lib/sglang/drained"
 DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
+# The role's own default gate (the demo's is stricter): the mis-wiring cases are judged at it.
+DEFAULT_ACCEPT_MIN = yaml.safe_load((PROJECT / "roles" / "sglang" / "defaults" / "main.yml").read_text())[
+    "sglang_accept_length_min"]
 SITE = "/opt/sglang/venv/lib/python3*/site-packages"
 SOURCES = ("sglang/srt/models/deepseek_v2.py", "sglang/srt/model_executor/cuda_graph_runner.py",
            "sglang/srt/model_executor/model_runner.py")
@@ -110,11 +114,12 @@ class Case:
     @property
     def restarted(self) -> bool:
         """The faulted run restarted the server (the undo then restarts it on what it put back)."""
-        return self.step in ("start", "health", "accept_length", "live_settings", "undrain_after_undo") or self.keeps
+        return self.step in ("start", "health", "accept_length", "live_settings", "undrain_after_undo",
+                             "wiring_draft_ids", "wiring_file_reverted") or self.keeps
 
     @property
     def fresh(self) -> bool:
-        return self.n <= 14
+        return self.state == "fresh"
 
     def vars_for(self, faulted: bool) -> Dict[str, Any]:
         out = dict(self.state_vars)
@@ -199,6 +204,15 @@ CASES = [
     # --- putting the change back fails too: the previous release's wheel is gone from the host ---
     Case(27, "upgrade", "undo", UPGRADE, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
          setup="rm /var/cache/sglang/wheelhouse/sglang-0.5.9-*.whl", failed_task=NEVER_HEALTHY, half=True),
+    # --- mis-wired, nothing forced: the test double judges the files the server read at its start ----
+    # Valid draft ids, but not the layers the draft was trained on (the double's default, embed,2,30).
+    Case(29, "flags", "wiring_draft_ids", FLAGS, {"sglang_eagle3_layer_ids": [-1, 3, 30],
+                                                  "sglang_accept_length_min": DEFAULT_ACCEPT_MIN},
+         failed_task=GATE_FAILED, restarts_on_fault=2),
+    # The patched file put back to the release's original after the patch step, before the restart.
+    Case(30, "fresh", "wiring_file_reverted", {}, {"sglang_pre_restart_tasks": str(REVERT_HOOK),
+                                                   "sglang_accept_length_min": DEFAULT_ACCEPT_MIN},
+         failed_task=NEVER_HEALTHY),
     # --- put back and healthy again, but its undrain fails: it stays out of rotation, said so -----
     Case(28, "flags", "undrain_after_undo", FLAGS, {
         "sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1"),
@@ -429,6 +443,19 @@ def test_the_host_is_left_as_the_contract_says(case):
         assert "it was put back and is healthy, but the post-restart hook (undrain) failed" in row["error"], row
         assert "it stays out of rotation" in row["error"], row
         assert sh(name, "test -e %s && echo drained" % DRAIN_FLAG).strip() == "drained"
+    if case.step == "wiring_draft_ids":
+        # Nothing forced: at the role's default threshold the gate refused what the server read at
+        # its start; the row names the wiring (the ids) and the files are as this run remediated them.
+        assert "below sglang_accept_length_min=%s" % DEFAULT_ACCEPT_MIN in row["error"], row["error"]
+        assert "other hidden states than it was trained on" in row["error"], row["error"]
+        assert row["draft_layer_ids"] == [-1, 3, 30], row
+        assert "not the one this run remediated" not in row["error"], row["error"]
+    if case.step == "wiring_file_reverted":
+        # Nothing forced: the release's original capture crashes the server at its start (layer 0's
+        # residual is None), and the audit after the refused gate names the file that changed under the run.
+        assert "The embedding capture on disk is not the one this run remediated" in row["error"], row["error"]
+        assert "not patched: sglang/srt/models/deepseek_v2.py" in row["error"], row["error"]
+        assert "this run left %s" % row["sha256_after"] in row["error"], (row["sha256_after"], row["error"])
     if case.n == 20:
         assert "sglang 0.5.9 reinstalled in /opt/sglang/venv" in row["rollback"], row["rollback"]
 
