@@ -10,6 +10,7 @@ for a person to look at. Every link inside the site, #anchors included, must lan
 from __future__ import annotations
 
 import html.parser
+import os
 import re
 import subprocess
 import sys
@@ -272,3 +273,29 @@ def test_every_link_inside_the_site_lands(site: Path, dom: Dict[str, _Page]) -> 
                 bad.append(f"{where}: no such anchor")
     assert checked > 1000, checked
     assert not bad, "\n".join(bad)
+
+
+def test_the_lint_never_gets_a_temporary_directory_whose_name_ends_in_an_underscore(tmp_path):
+    """antsibull-docs lints each plugin page with the path of its copy of the collection in it
+    (tempfile.mkdtemp(prefix="antsibull-docs-")); a name ending in "_" is an RST reference there
+    ('Unknown target name'), one lint in 37. scripts/antsibull-docs draws names without that ending,
+    and scripts/docs lints through it."""
+    import importlib.util
+    import tempfile
+    from importlib.machinery import SourceFileLoader
+
+    script = REPO / "scripts" / "antsibull-docs"
+    original = tempfile._RandomNameSequence.__next__
+    loader = SourceFileLoader("antsibull_docs_wrapper", str(script))
+    spec = importlib.util.spec_from_loader("antsibull_docs_wrapper", loader)
+    try:
+        loader.exec_module(importlib.util.module_from_spec(spec))
+        names = [os.path.basename(tempfile.mkdtemp(prefix="antsibull-docs-", dir=tmp_path)) for _ in range(2000)]
+    finally:
+        tempfile._RandomNameSequence.__next__ = original
+    # About 54 of 2000 would end in "_" without it; every name is still tempfile's 8 characters.
+    assert not [n for n in names if n.endswith("_")]
+    assert all(re.fullmatch(r"antsibull-docs-[a-z0-9_]{8}", n) for n in names) and len(set(names)) == 2000
+    docs = (REPO / "scripts" / "docs").read_text()
+    lint = [line for line in docs.splitlines() if "lint-collection-docs" in line and not line.startswith(("#", "log"))]
+    assert lint and all('scripts/antsibull-docs" lint-collection-docs' in line for line in lint), lint
