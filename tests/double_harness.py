@@ -29,6 +29,17 @@ PRISTINE_059_SHA256 = "4071b9a6a6ac71e1143204708df42f2ba5bd163a5d7a020579242df56
 DEEPSEEK_V3_LAYERS = 61
 
 
+def load_double(name: str) -> Any:
+    """The test double's module, imported under ``name`` (its judgement called without a server)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, DOUBLE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def patch_embedding_capture(source: str, clone: bool = True) -> str:
     """A test-local embedding-capture patch in the shape the facts describe.
 

@@ -17,26 +17,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from double_harness import DEEPSEEK_V3_LAYERS, DOUBLE, http, make_models, spec_flags
+from double_harness import DEEPSEEK_V3_LAYERS, http, load_double, make_models, spec_flags
 from test_forward_capture import BROKEN, CORRECT, Variant, site
 
 
-def _load_double() -> Any:
-    spec = importlib.util.spec_from_file_location("sglang_test_double_static", DOUBLE)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-td = _load_double()
+td = load_double("sglang_test_double_static")
 TRAINED = td.parse_trained_layers("embed,2,30")
 SERVED = td.resolve_speculative_params("EAGLE3", 15, 1, 16, "DeepseekV3ForCausalLM")
 

@@ -16,31 +16,23 @@ fixtures are imported, not its zygotes, which pytest would start a second time f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from double_harness import DOUBLE
+from conftest import MODULE_UTILS_DIR
+from double_harness import load_double
+
+PARSER_SCRIPT = MODULE_UTILS_DIR / "_parse_server_args.py"
 from test_parse_server_args import RELEASES, fresh, models, python311, release  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
                                 reason="SGLANG_PARSER_TESTS=0")
 
 
-def _load_double() -> Any:
-    spec = importlib.util.spec_from_file_location("sglang_test_double_rule", DOUBLE)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-td = _load_double()
+td = load_double("sglang_test_double_rule")
 FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 Triple = Tuple[Optional[int], Optional[int], Optional[int]]
 # Every combination of a few steps, topk and draft-token counts (the incident's 1/1/16 and the fix's 15/1/16
@@ -67,17 +59,11 @@ class Collect(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def resolved(args):
-    if not hasattr(args, "resolve_once"):  # up to 0.5.18 prepare_server_args resolves
-        return args
-    args.resolve_once()  # 0.5.23: the values that run appear after it
-    for module in ("sglang.srt.arg_groups.overrides", "sglang.srt.arg_groups.model_override_base"):
-        try:
-            return __import__(module, fromlist=["resolving_view"]).resolving_view(args)
-        except (ImportError, AttributeError):
-            continue
-    return args
-
+# What will run is read as the role reads it: the shipped parser's resolved_view (one copy).
+_spec = __import__("importlib.util").util.spec_from_file_location("_parse_server_args", request["parser"])
+_parser = __import__("importlib.util").util.module_from_spec(_spec)
+_spec.loader.exec_module(_parser)
+resolved = _parser.resolved_view
 
 out = []
 for triple in request["triples"]:
@@ -109,7 +95,8 @@ def real(release: Any, models: Any) -> Any:
 
     def get(version: str) -> Dict[Triple, Dict[str, Any]]:
         if version not in cache:
-            request = {"base": ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
+            request = {"parser": str(PARSER_SCRIPT),
+                       "base": ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
                                 "--speculative-draft-model-path", str(draft), "--device", "cpu"],
                        "flags": FLAGS, "triples": GRID, "adjusted": ADJUSTED}
             rc, out, err = fresh(release, version)(SCRIPT, [json.dumps(request)])
