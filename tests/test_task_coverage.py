@@ -288,3 +288,17 @@ def test_a_switch_written_on_an_import_or_a_block_matches_what_the_callback_reco
     assert coverage.switches(written, merged, coverage.switch_names(tmp_path)) == [
         "roles/sglang/tasks/main.yml:1 (Import the writes): when not (sglang_audit | bool) -- only true (1)",
         "roles/sglang/tasks/main.yml:4 (Mode a only): when sglang_mode == 'a' -- only true (1)"]
+
+
+def test_a_no_log_task_skipped_by_its_condition_counts_it_false_and_leaks_nothing(tmp_path):
+    """A no_log task's result reaches callbacks censored, false_condition included: the callback
+    reads the condition's text from the uncensored result, and nothing else."""
+    merged = _play(tmp_path, {"first": False, "secret": "s3cr3t-value"}, tasks=[
+        {"name": "Secret write", "ansible.builtin.debug": {"msg": "{{ secret }}"}, "no_log": True,
+         "when": ["first | bool"]},
+        {"name": "Secret write that runs", "ansible.builtin.debug": {"msg": "{{ secret }}"}, "no_log": True,
+         "when": ["not (first | bool)"]}])
+    by_name = {rec["name"]: rec for rec in merged.values()}
+    assert by_name["Secret write"]["conditions"] == {"first | bool": {"true": 0, "false": 1}}
+    assert by_name["Secret write that runs"]["conditions"] == {"not (first | bool)": {"true": 1, "false": 0}}
+    assert "s3cr3t-value" not in "".join(p.read_text() for p in (tmp_path / "cov").glob("*.json"))

@@ -101,6 +101,20 @@ def failure_message(result: Optional[Dict[str, Any]]) -> str:
     return " ".join(str(result.get("msg", "")).split())[:400]
 
 
+def skipped_result(result: Any) -> Dict[str, Any]:
+    """A skipped result with the condition that skipped it. A ``no_log`` task's result reaches
+    callbacks censored, ``false_condition`` included, so that a skip of one (the environment and key
+    files) would never count its condition false: the condition's text alone is read from the
+    uncensored result (ansible-core 2.19+), never a value the task handled."""
+    out = result._result
+    if out.get("false_condition") is None and out.get("censored"):
+        utr = getattr(result, "_CallbackTaskResult__utr", None)
+        false = getattr(utr, "false_condition", None)
+        if false is not None:
+            out = dict(out, false_condition=false)
+    return out
+
+
 def conditions(task: Any) -> list:
     try:
         when = task.when or []
@@ -200,7 +214,7 @@ class CallbackModule(CallbackBase):
 
     def v2_runner_on_skipped(self, result: Any) -> None:
         if not result._result.get("results"):
-            self._seen(result._task, result._result, ran=False)
+            self._seen(result._task, skipped_result(result), ran=False)
 
     def v2_runner_item_on_ok(self, result: Any) -> None:
         self._seen(result._task, result._result, ran=True)
@@ -209,7 +223,7 @@ class CallbackModule(CallbackBase):
         self._seen(result._task, result._result, ran=True, failed=True)
 
     def v2_runner_item_on_skipped(self, result: Any) -> None:
-        self._seen(result._task, result._result, ran=False)
+        self._seen(result._task, skipped_result(result), ran=False)
 
     def v2_playbook_on_include(self, included_file: Any) -> None:
         # The include task itself ran on these hosts (include_tasks, include_role).
