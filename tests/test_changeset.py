@@ -245,3 +245,28 @@ def test_only_an_open_set_takes_new_entries(tmp_path, make_venv):
         CS.remember(opened["dir"], str(files[1]), "writer")
     manifest = json.loads((Path(opened["dir"]) / "manifest.json").read_text())
     assert manifest["run_id"] == "run-1" and manifest["service"] == {"active": True, "enabled": True}
+
+
+def test_a_failed_run_left_in_place_is_kept_and_is_the_one_to_roll_back(tmp_path, make_venv):
+    """sglang_rollback_on_failure=false: the failed run's set is kept, not left open, so that
+    playbooks/rollback.yml puts back that run, not the one before it."""
+    venv = make_venv("0.5.9")
+    draft, unit, env, running = files = layout(tmp_path)
+    state = str(tmp_path / "state")
+    first = open_for(tmp_path, venv, files)
+    unit.write_text("[Service]\nExecStart=/gated\n")
+    CS.close_set(first["dir"])
+    failed = open_for(tmp_path, venv, files)
+    unit.write_text("[Service]\nExecStart=/failed\n")
+    kept = CS.close_set(failed["dir"], state="kept")
+    assert kept["state"] == "kept" and CS.load(failed["dir"])["state"] == "kept"
+    assert CS.newest_applied(state) == failed["dir"]
+    CS.restore_set(failed["dir"], no_pip)
+    assert unit.read_text() == "[Service]\nExecStart=/gated\n"
+    assert CS.newest_applied(state) == first["dir"]
+    # A kept set that changed nothing is discarded, as a closed one is; no other end exists.
+    quiet = open_for(tmp_path, venv, files)
+    assert CS.close_set(quiet["dir"], state="kept")["state"] == "discarded"
+    other = open_for(tmp_path, venv, files)
+    with pytest.raises(CS.EngineError, match="ends closed or kept"):
+        CS.close_set(other["dir"], state="restored")

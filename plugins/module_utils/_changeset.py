@@ -45,9 +45,10 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import ato
 CHANGES_DIR = "changes"
 MANIFEST = "manifest.json"
 # A set's state: open while its run goes on; closed once the run's change stands (gated, or no
-# restart needed); interrupted when a later run found it still open (its run died); restored
-# once put back (by the run's own undo or by the rollback playbook).
-APPLIED = ("closed", "interrupted")
+# restart needed); kept when its run failed and left its change in place for a person
+# (sglang_rollback_on_failure=false); interrupted when a later run found it still open (its run
+# died); restored once put back (by the run's own undo or by the rollback playbook).
+APPLIED = ("closed", "kept", "interrupted")
 
 RunCommand = Callable[[List[str]], Tuple[int, str, str]]
 
@@ -258,16 +259,19 @@ def changes(manifest: Dict[str, Any]) -> List[str]:
     return out
 
 
-def close_set(set_dir: str, now: Callable[[], float] = time.time) -> Dict[str, Any]:
-    """End the run's set: closed when it changed something, discarded when it changed nothing."""
+def close_set(set_dir: str, now: Callable[[], float] = time.time, state: str = "closed") -> Dict[str, Any]:
+    """End the run's set as ``state`` (closed: its change stands; kept: its run failed and left the
+    change in place) when it changed something; discarded when it changed nothing."""
+    if state not in ("closed", "kept"):
+        raise EngineError("a change set ends closed or kept, not %s" % state)
     manifest = load(set_dir)
     found = changes(manifest)
     if not found:
         shutil.rmtree(set_dir)
         return {"id": manifest["id"], "state": "discarded", "changes": []}
-    manifest.update(state="closed", closed=int(now()), changes=found)
+    manifest.update(state=state, closed=int(now()), changes=found)
     _save(set_dir, manifest)
-    return {"id": manifest["id"], "state": "closed", "changes": found}
+    return {"id": manifest["id"], "state": state, "changes": found}
 
 
 def newest_applied(state_dir: str) -> Optional[str]:

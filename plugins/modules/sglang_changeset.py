@@ -25,6 +25,9 @@ description:
     them (O(fleetops.sglang.sglang_eagle3#module:changeset)).
   - O(state=closed) ends a run whose change stands (it passed its gates, or needed no restart), with the list of
     what changed; a set that changed nothing is discarded.
+  - O(state=kept) ends a failed run whose change is left in place for a person to look at
+    (C(sglang_rollback_on_failure=false)) the same way, as V(kept), which C(playbooks/rollback.yml) puts back
+    as it puts back a closed one.
   - O(state=restored) puts a set back, newest entry first - the pristine file of a release this run installed,
     the previous release (reinstalled by pip with the same arguments) with its own SGLang files, every
     configuration file byte for byte with its owner and mode (a file that did not exist is removed) - and
@@ -37,13 +40,13 @@ attributes:
   check_mode:
     support: full
     details:
-      - O(state=opened) and O(state=closed) write nothing and report what they would; O(state=restored) reports
-        what it would put back.
+      - O(state=opened), O(state=closed) and O(state=kept) write nothing and report what they would;
+        O(state=restored) reports what it would put back.
 options:
   state:
     description: What to do with the change set.
     type: str
-    choices: [opened, closed, restored]
+    choices: [opened, closed, kept, restored]
     required: true
   state_dir:
     description: The role's state directory (C(sglang_state_dir)); the sets live under its C(changes/).
@@ -51,7 +54,7 @@ options:
     required: true
   changeset:
     description:
-      - The set to close or restore, as RV(dir) of O(state=opened) returned it, or V(newest) (O(state=restored)
+      - The set to close, keep or restore, as RV(dir) of O(state=opened) returned it, or V(newest) (O(state=restored)
         only) for the newest set whose change stands.
     type: str
   run_id:
@@ -140,7 +143,7 @@ dir:
   returned: always
   sample: /var/lib/sglang-remediation/changes/000007
 set_state:
-  description: The set's state after this call - V(open), V(closed), V(discarded) or V(restored).
+  description: The set's state after this call - V(open), V(closed), V(kept), V(discarded) or V(restored).
   type: str
   returned: always
   sample: closed
@@ -216,7 +219,7 @@ def service_state(module, name):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type="str", required=True, choices=["opened", "closed", "restored"]),
+            state=dict(type="str", required=True, choices=["opened", "closed", "kept", "restored"]),
             state_dir=dict(type="path", required=True),
             changeset=dict(type="str"),
             run_id=dict(type="str", default=""),
@@ -229,7 +232,7 @@ def main():
             service=dict(type="str", default="sglang"),
             keep=dict(type="int", default=5),
         ),
-        required_if=[("state", "opened", ["venv"]), ("state", "closed", ["changeset"]),
+        required_if=[("state", "opened", ["venv"]), ("state", "closed", ["changeset"]), ("state", "kept", ["changeset"]),
                      ("state", "restored", ["changeset"])],
         supports_check_mode=True,
     )
@@ -245,13 +248,13 @@ def main():
                                           p["user"], p["group"], service_state(module, p["service"]), p["keep"])
             result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
                           service=manifest["service"])
-        elif p["state"] == "closed":
+        elif p["state"] in ("closed", "kept"):
             manifest = changeset.load(p["changeset"])
             result.update(id=manifest["id"], dir=p["changeset"], service=manifest.get("service", {}))
             if module.check_mode:
-                result.update(changes=changeset.changes(manifest), set_state="closed (check mode)")
+                result.update(changes=changeset.changes(manifest), set_state="%s (check mode)" % p["state"])
             else:
-                closed = changeset.close_set(p["changeset"])
+                closed = changeset.close_set(p["changeset"], state=p["state"])
                 result.update(changed=True, set_state=closed["state"], changes=closed["changes"])
         else:
             set_dir = p["changeset"]

@@ -18,7 +18,11 @@ canary case. The tests run in file order and build on each other:
    the textfile says failed;
 3. the faults are taken away and one run converges every host with exactly one restart;
 4. one more run changes nothing;
-5. the canary case: a rolling remediate.yml whose canary fails its first gate.
+5. the canary case: a rolling remediate.yml whose canary fails its first gate;
+6. the documented switches the other way from their defaults, on hosts the tests above left
+   converged: a failed run left in place and rolled back by the playbook, restarts turned off,
+   no textfile, no adoption, an install from a package index; a host kept drained that leaves no
+   room for the next batch; a failed soak that stops the rollout; a rollback plan refused.
 
 Faults come from the test double's switches (files/sglang_test_double: exit at start,
 health 503, other settings), the role's own variables (a gate threshold, a failing hook
@@ -32,6 +36,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -580,3 +585,159 @@ def test_a_canary_that_fails_its_first_gate_serves_nothing_and_the_rollout_stops
     again = run("canary-again", PROJECT / "remediate.yml", inventory([], faulted=False), [CANARY, SECOND],
                 env_over={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
     assert again.rc == 0 and again.changed() == 0, again.tail(150)
+
+
+# --------------------------------------------------------------------------- 5. the switches, the other way
+
+
+UNDRAIN_HOOK = PROJECT / "examples" / "hooks" / "tasks" / "undrain.yml"
+HOOKS = {"sglang_pre_restart_tasks": str(DRAIN_HOOK), "sglang_post_restart_tasks": str(UNDRAIN_HOOK)}
+INDEX = "/srv/sglang-index"
+REMEDIATE = PROJECT / "remediate.yml"
+# Converged hosts no other test uses after the recovery, at their case's clean state (FLAGS).
+LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX = host(23), host(24), host(25), host(28)
+
+
+def test_documented_switches_the_other_way_do_what_the_guides_say():
+    """One run, each host with one switch the other way from its default (guide_inputs.rst):
+    sglang_rollback_on_failure=false, sglang_restart_on_change=false with
+    sglang_metrics_textfile=false, sglang_adopt_running=false, sglang_install_source=index."""
+    change = env(SGLANG_TEST_DOUBLE_EXTRA="switches")
+    # No recorded healthy start: with sglang_adopt_running (the adopt scenario) the probe would adopt it.
+    sh(NO_ADOPT, "rm /var/lib/sglang-remediation/running.json")
+    # A package index of the host's own (PEP 503, file:), holding the release the host upgrades to.
+    sh(FROM_INDEX, "mkdir -p %s/simple/sglang" % INDEX)
+    wheels = sorted((PROJECT / ".cache" / "wheelhouse").glob("sglang-%s-*.whl" % UPGRADE["sglang_version"]))
+    assert wheels, "no sglang %s wheel in .cache/wheelhouse" % UPGRADE["sglang_version"]
+    for wheel in wheels:
+        subprocess.run(["docker", "cp", str(wheel), "%s:%s/simple/sglang/" % (FROM_INDEX, INDEX)], check=True)
+    sh(FROM_INDEX, "cd %s/simple/sglang && for w in *.whl; do echo \"<a href=\\\"$w\\\">$w</a>\"; done > index.html"
+       % INDEX)
+    names = (LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX)
+    before = {name: read(name) for name in names}
+    hosts = {
+        LEFT: dict(FLAGS, sglang_environment=change, sglang_accept_length_min=8, sglang_rollback_on_failure=False,
+                   **HOOKS),
+        NO_RESTART: dict(FLAGS, sglang_environment=change, sglang_restart_on_change=False,
+                         sglang_metrics_textfile=False),
+        NO_ADOPT: dict(FLAGS, sglang_adopt_running=False),
+        FROM_INDEX: dict(FLAGS, sglang_install_source="index", sglang_pip_index_url="file://%s/simple" % INDEX,
+                         **UPGRADE),
+    }
+    for values in hosts.values():
+        values["sglang_health_timeout"] = 15
+    res = run("switches", MATRIX, inventory([], faulted=True, extra_hosts=hosts), list(names))
+    assert res.rc == 2, res.tail(150)
+    r = rows("switches")
+    after = {name: read(name) for name in names}
+
+    # sglang_rollback_on_failure=false: the failed gate's files and server stay, drained, for a person;
+    # the change set is kept for playbooks/rollback.yml, which puts back this run and nothing older.
+    row = r[LEFT]
+    assert row["status"] == "failed" and row["failed_task"] == GATE_FAILED, row
+    assert "not put back (sglang_rollback_on_failure=false)" in row["error"], row["error"]
+    assert row["rolled_back"] is False and row["rollback"] == [] and row["restarted"] is True, row
+    assert after[LEFT]["files"]["/etc/sglang/sglang.env"] != before[LEFT]["files"]["/etc/sglang/sglang.env"]
+    assert "SGLANG_TEST_DOUBLE_EXTRA=switches" in after[LEFT]["environ"], after[LEFT]["environ"]
+    assert after[LEFT]["active"] == "active" and not after[LEFT]["lease"]
+    assert sh(LEFT, "test -e %s && echo drained" % DRAIN_FLAG) == "drained"
+    kept = sh(LEFT, "python3 -c \"import json,glob; print(json.load(open(sorted(glob.glob("
+                    "'/var/lib/sglang-remediation/changes/*/manifest.json'))[-1]))['state'])\"")
+    assert kept == "kept", kept
+    back = run("switches-rollback", ROLLBACK, inventory([], faulted=False, extra_hosts={LEFT: dict(FLAGS, **HOOKS)}),
+               [LEFT], env_over=PROJECT_CFG)
+    assert back.rc == 0, back.tail(80)
+    restored = read(LEFT)
+    assert restored["files"] == before[LEFT]["files"] and restored["environ"] == before[LEFT]["environ"], restored
+    assert sh(LEFT, "test -e %s || echo undrained" % DRAIN_FLAG) == "undrained"
+
+    # sglang_restart_on_change=false: the files are written, nothing restarts, the row says a restart
+    # is needed and why; sglang_metrics_textfile=false: the textfile is not written.
+    row = r[NO_RESTART]
+    assert row["status"] == "noncompliant" and row["compliant"] is False, row
+    assert row["restarted"] is False and row["restart_needed"] is True, row
+    assert any("environment" in reason for reason in row["restart_reasons"]), row["restart_reasons"]
+    assert after[NO_RESTART]["pid"] == before[NO_RESTART]["pid"], (after[NO_RESTART]["pid"], before[NO_RESTART]["pid"])
+    assert after[NO_RESTART]["starts"] == before[NO_RESTART]["starts"]
+    assert after[NO_RESTART]["files"]["/etc/sglang/sglang.env"] != before[NO_RESTART]["files"]["/etc/sglang/sglang.env"]
+    assert after[NO_RESTART]["textfile"] == before[NO_RESTART]["textfile"]
+
+    # sglang_adopt_running=false: a server with no recorded healthy start is restarted, not adopted.
+    row = r[NO_ADOPT]
+    assert row["status"] == "changed" and row["restarted"] is True and row["compliant"] is True, row
+    assert after[NO_ADOPT]["starts"] == before[NO_ADOPT]["starts"] + 1
+    assert after[NO_ADOPT]["files"]["/var/lib/sglang-remediation/running.json"] is not None
+
+    # sglang_install_source=index: the release comes from the index; nothing is copied to the host's wheelhouse.
+    row = r[FROM_INDEX]
+    assert row["status"] == "changed" and row["compliant"] is True and row["release"] == "0.5.12.post1", row
+    assert after[FROM_INDEX]["release"] == ["0.5.12.post1"]
+    assert "0.5.12.post1" not in sh(FROM_INDEX, "ls /var/cache/sglang/wheelhouse")
+
+
+def test_a_host_kept_drained_leaves_no_room_and_the_rollout_stops():
+    """sglang_keep_failed_drained=true, sglang_max_unavailable=2: after the canary, a batch of two
+    where one host fails and is put back, healthy but kept out of rotation. The next batch of two
+    would take 3 hosts out at once, so the rollout stops there, within its failure limit (a batch
+    that fails whole ends the play in Ansible itself, before this rule is asked)."""
+    third, fourth = host(19), host(20)
+    change = env(SGLANG_TEST_DOUBLE_EXTRA="room")
+    names = (CANARY, SECOND, third, fourth)
+    before = {name: read(name) for name in names}
+    inv = inventory([], faulted=True, extra_hosts={
+        CANARY: {"sglang_environment": change},
+        SECOND: {"sglang_environment": dict(change, SGLANG_TEST_DOUBLE_FAIL_HEALTH="1"), "sglang_health_timeout": 15},
+        third: dict(FLAGS, sglang_environment=change),
+        fourth: dict(FLAGS, sglang_environment=change, **UPGRADE)})
+    rollout = run("no-room", REMEDIATE, inv, list(names),
+                  args=["-e", json.dumps(dict(HOOKS, sglang_max_unavailable=2, sglang_max_fail_percentage=50,
+                                              sglang_keep_failed_drained=True))],
+                  env_over=PROJECT_CFG)
+    assert rollout.rc == 2, rollout.tail(150)
+    assert ("%s: 1 hosts of this rollout are out of rotation (failed, kept drained); with the next batch of up to 2"
+            " that would be more than sglang_max_unavailable allows (2)." % SECOND) in rollout.output, rollout.tail(150)
+    r = rows("no-room")
+    assert [r[name]["batch"] for name in (CANARY, SECOND, third)] == [1, 2, 2], r
+    assert r[CANARY]["status"] == r[third]["status"] == "changed", r
+    row, after = r[SECOND], read(SECOND)
+    assert row["status"] == "failed" and row["rolled_back"] is True, row
+    assert "stays out of rotation for a person to look at (sglang_keep_failed_drained=true)" in row["error"], row
+    assert after["active"] == "active" and after["cmdline"] == before[SECOND]["cmdline"]
+    assert after["environ"] == before[SECOND]["environ"]
+    assert sh(SECOND, "test -e %s && echo drained" % DRAIN_FLAG) == "drained"
+    # The others passed their gates and were put back into rotation.
+    for name in (CANARY, third):
+        assert sh(name, "test -e %s || echo undrained" % DRAIN_FLAG) == "undrained", name
+    assert r[fourth]["status"] == "not reached" and read(fourth) == before[fourth]
+
+
+def test_a_failed_soak_stops_the_rollout_and_keeps_the_change_by_default():
+    """sglang_on_soak_failure at its default (stop): the canary's gate passes, its soak fails (its
+    double degrades once the gate's requests are served); the change stands, the rest is not reached."""
+    change = env(SGLANG_TEST_DOUBLE_EXTRA="soak")
+    before = {name: read(name) for name in (CANARY, SECOND)}
+    inv = inventory([], faulted=True, extra_hosts={
+        CANARY: {"sglang_environment": dict(change, SGLANG_TEST_DOUBLE_DEGRADE_AFTER="3")},
+        SECOND: {"sglang_environment": change}})
+    rollout = run("soak-stop", REMEDIATE, inv, [CANARY, SECOND],
+                  args=["-e", json.dumps({"sglang_serial": [1, "100%"], "sglang_soak_seconds": 1})],
+                  env_over=PROJECT_CFG)
+    assert rollout.rc == 2, rollout.tail(150)
+    report = OPERATOR.report("soak-stop")
+    soaks = report["run"]["soaks"]
+    assert len(soaks) == 1 and soaks[0]["passed"] is False and soaks[0]["action"] == "stopped", soaks
+    r = rows("soak-stop")
+    after = read(CANARY)
+    assert r[CANARY]["soak"].startswith("after batch 1: failed"), r[CANARY]
+    assert r[CANARY]["rolled_back"] is False and r[CANARY]["restarted"] is True, r[CANARY]
+    assert "SGLANG_TEST_DOUBLE_EXTRA=soak" in after["environ"] and after["starts"] == before[CANARY]["starts"] + 1
+    assert r[SECOND]["status"] == "not reached" and read(SECOND) == before[SECOND]
+
+
+def test_rollback_refuses_a_plan_over_the_capacity_budget_before_touching_a_host():
+    before = {name: read(name) for name in (CANARY, SECOND)}
+    refused = run("rollback-refused", ROLLBACK, inventory([], faulted=False), [CANARY, SECOND],
+                  args=["-e", json.dumps({"sglang_serial": [2], "sglang_max_unavailable": 1})], env_over=PROJECT_CFG)
+    assert refused.rc != 0, refused.tail(80)
+    assert "sglang_serial=[2] would take 2 hosts out of rotation at once" in refused.output, refused.tail(80)
+    assert {name: read(name) for name in (CANARY, SECOND)} == before

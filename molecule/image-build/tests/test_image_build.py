@@ -33,3 +33,27 @@ def test_the_install_was_hash_checked(host):
     req = host.file("/var/lib/sglang-remediation/requirements.txt")
     assert req.exists and req.mode == 0o644 and req.user == "root"
     assert req.content_string.startswith("sglang==0.5.9 --hash=sha256:"), req.content_string
+
+
+def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_service(host):
+    """playbooks/rollback.yml with sglang_service_manage=false (its last test: it undoes the build):
+    the draft config and the patched file go back, and no unit, server or daemon reload is involved."""
+    import sys
+    from pathlib import Path
+
+    import yaml
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+    from scenario_helpers import PROJECT, run_playbook  # noqa: E402
+
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
+    minor = host.check_output("python3 -c 'import sys; print(sys.version_info.minor)'")
+    back = run_playbook(PROJECT / "playbooks" / "rollback.yml", extra_vars=dict(demo, sglang_service_manage=False),
+                        env={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
+    assert back.rc == 0, back.tail(80)
+    text = host.file(SITE.format(minor=minor)).content_string
+    assert "hidden_states.clone()" not in text, "the patched file was not put back"
+    # The draft's config as it arrived from training, byte for byte.
+    arrived = (PROJECT / "files" / "models" / "deepseek-v3-eagle3" / "config.json").read_text()
+    assert host.file("/models/DeepSeek-V3-EAGLE3/config.json").content_string == arrived
+    assert not host.file("/etc/systemd/system/sglang.service").exists
+    assert host.run("systemctl cat sglang").rc != 0
