@@ -32,8 +32,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 # The suite warns (it does not fail: these machines are shared and noisy) above this.
 WARN_SECONDS = 60 * 60
-# The budget the tests guide (docs/docsite/rst/guide_tests.rst) states for a cold run from a fresh clone.
-BUDGET_SECONDS = 40 * 60
+# The budget the tests guide (docs/docsite/rst/guide_tests.rst) states for a cold run from a fresh clone, on CI.
+BUDGET_SECONDS = 45 * 60
 
 
 # --------------------------------------------------------------------------- steps
