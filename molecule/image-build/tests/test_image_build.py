@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+from scenario_helpers import PROJECT, run_playbook  # noqa: E402
 
 SITE = "/opt/sglang/venv/lib/python3.{minor}/site-packages/sglang/srt/models/deepseek_v2.py"
 
@@ -38,13 +45,6 @@ def test_the_install_was_hash_checked(host):
 def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_service(host):
     """playbooks/rollback.yml with sglang_service_manage=false (its last test: it undoes the build):
     the draft config and the patched file go back, and no unit, server or daemon reload is involved."""
-    import sys
-    from pathlib import Path
-
-    import yaml
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
-    from scenario_helpers import PROJECT, run_playbook  # noqa: E402
-
     demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
     minor = host.check_output("python3 -c 'import sys; print(sys.version_info.minor)'")
     back = run_playbook(PROJECT / "playbooks" / "rollback.yml", extra_vars=dict(demo, sglang_service_manage=False),
