@@ -101,3 +101,38 @@ def test_linking_twice_in_one_process_keeps_the_one_link(tmp_path):
     first = mod.link(str(local), str(tmp_path / "shared"))
     assert mod.link(str(local), str(tmp_path / "shared")) == first
     assert os.readlink(local / "ansiballz_cache") == first and Path(first).is_dir()
+
+
+def test_a_cached_payload_carries_bytecode_that_the_hosts_python_imports(tmp_path):
+    """Each .py of a cached payload has an unchecked-hash .pyc beside it, compiled by the hosts'
+    Python: that Python imports the .pyc (its code names the payload's inner path), another one
+    falls back to the source."""
+    import base64
+    import pickle
+    import shutil
+    import zipfile
+
+    python = shutil.which("python3.11")
+    assert python, "python3.11 (Debian 12's python3; scripts/bootstrap installs it) compiles the hosts' bytecode"
+    shared = tmp_path / "shared"
+    _play(tmp_path, SGLANG_TEST_ANSIBALLZ_CACHE=str(shared), SGLANG_TEST_BYTECODE_PYTHON=python)
+    [key_dir] = list(shared.iterdir())
+    [payload] = [p for p in key_dir.iterdir() if p.name.startswith("ansible.modules.command-")
+                 and not p.name.endswith(".lock")]
+    with payload.open("rb") as cache_file:
+        cached = pickle.load(cache_file)  # ansible-core's own cache format (module_common._CachedModule)
+    archive = tmp_path / "payload.zip"
+    archive.write_bytes(base64.b64decode(cached.zip_data))
+    names = set(zipfile.ZipFile(archive).namelist())
+    sources = {n for n in names if n.endswith(".py")}
+    assert sources and {n[:-3] + ".pyc" for n in sources} <= names
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import ansible.module_utils.basic as b; "
+             "print(b.AnsibleModule.__init__.__code__.co_filename)")
+    hosts = subprocess.run([python, "-I", "-c", probe, str(archive)], capture_output=True, text=True, check=True)
+    assert hosts.stdout.strip() == "<ansiballz>/ansible/module_utils/basic.py"
+    other = subprocess.run([sys.executable, "-I", "-c", probe, str(archive)], capture_output=True, text=True,
+                           check=True)
+    assert other.stdout.strip() == str(archive / "ansible" / "module_utils" / "basic.py")
+    # A key of its own: payloads compiled by another Python (or none) are never mixed in.
+    _play(tmp_path, SGLANG_TEST_ANSIBALLZ_CACHE=str(shared), SGLANG_TEST_BYTECODE_PYTHON="/nonexistent")
+    assert len(list(shared.iterdir())) == 2
