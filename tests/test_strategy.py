@@ -76,13 +76,16 @@ def test_the_same_recap_as_the_linear_strategy(tmp_path, batch):
     assert all("ok=2" in r and "skipped=1" in r for h, r in recap_blocking if h != "h3")
 
 
-def test_the_controller_does_not_poll_while_every_fork_is_busy(tmp_path):
+@pytest.mark.parametrize("hosts, forks", [(6, 2), (2, 4)], ids=["every fork busy", "awaiting the last results"])
+def test_the_controller_does_not_poll_while_hosts_run_a_task(tmp_path, hosts, forks):
     # 6 hosts on 2 forks, 3 s each: about 6 s with every fork busy, which the linear
-    # strategy's main process spends polling and linear_blocking's asleep.
+    # strategy's main process spends polling for a free fork and linear_blocking's asleep.
+    # 2 hosts on 4 forks: 3 s awaiting both results, polled every millisecond by the linear
+    # strategy, waited on by linear_blocking.
     switches = {}
     for strategy in ("ansible.builtin.linear", "fleetops.sglang.linear_blocking"):
-        res, recap, switches[strategy] = run(tmp_path, strategy, hosts=6, forks=2, pause="3", only_wait=True)
-        assert res.returncode == 2 and len(recap) == 6, res.stdout[-3000:]
+        res, recap, switches[strategy] = run(tmp_path, strategy, hosts=hosts, forks=forks, pause="3", only_wait=True)
+        assert res.returncode == (2 if hosts > 2 else 0) and len(recap) == hosts, res.stdout[-3000:]
     assert switches["fleetops.sglang.linear_blocking"] < 0.5 * switches["ansible.builtin.linear"], switches
 
 
@@ -124,3 +127,43 @@ def test_the_wait_ends_when_a_fork_frees_or_the_run_is_stopped():
         busy.kill()
         busy.wait()
         proc.wait()
+
+
+def test_the_results_wait_returns_them_and_refuses_a_dead_worker():
+    """The wait for a task's last results, on stand-ins: it returns what arrived, waits on a busy
+    worker between rounds, stops when the run is stopped, and refuses a worker found dead."""
+    import subprocess as sp
+    from types import SimpleNamespace
+
+    from conftest import COLLECTIONS_PATH  # noqa: F401  (puts the collection on sys.path)
+
+    from ansible.errors import AnsibleError
+    from ansible_collections.fleetops.sglang.plugins.strategy import linear_blocking as lb
+
+    strategy = lb.StrategyModule.__new__(lb.StrategyModule)
+    strategy._tqm = SimpleNamespace(_terminated=False, has_dead_workers=lambda: False)
+    proc = sp.Popen(["sleep", "0.6"])
+    strategy._workers = [SimpleNamespace(is_alive=lambda: proc.poll() is None, sentinel=os.pidfd_open(proc.pid))]
+    rounds = []
+
+    def results(iterator):
+        # The result arrives once the worker has ended.
+        rounds.append(time.monotonic())
+        if proc.poll() is None:
+            return []
+        strategy._pending_results = 0
+        return ["r"]
+
+    strategy._process_pending_results = results
+    strategy._pending_results = 1
+    started = time.monotonic()
+    assert strategy._wait_on_pending_results(None) == ["r"]
+    assert 0.4 < time.monotonic() - started < 5
+    # Rounds every few milliseconds at most while the worker ran (the linear strategy: every 1 ms).
+    assert len(rounds) <= 0.6 / lb.RPC_INTERVAL + 10, len(rounds)
+    strategy._pending_results = 1
+    strategy._tqm._terminated = True
+    assert strategy._wait_on_pending_results(None) == []
+    strategy._tqm = SimpleNamespace(_terminated=False, has_dead_workers=lambda: True)
+    with pytest.raises(AnsibleError, match="dead state"):
+        strategy._wait_on_pending_results(None)

@@ -1,6 +1,6 @@
 # Copyright: (c) 2026, SGLang remediation maintainers (@fleetops)
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""ansible.builtin.linear, except that the controller waits for a free fork instead of polling for one.
+"""ansible.builtin.linear, except that the controller waits on its workers instead of polling them.
 
 When every fork is busy, the linear strategy's _queue_task loops over the workers asking
 each whether it is alive, sleeping 0.1 ms per round: the controller's main process keeps
@@ -9,6 +9,11 @@ pass that loop was the largest entry of the controller's profile (bench/RESULTS.
 strategy blocks on the workers' process sentinels (a descriptor that becomes readable when
 the process ends) until one exits, serving the workers' requests to the controller every
 5 ms meanwhile, then queues the task exactly as the linear strategy does.
+
+The same holds at the end of every task, while the last hosts' results are awaited: the
+base strategy's _wait_on_pending_results reads the results and sleeps 1 ms per round, about
+5 % of a core for as long as any host runs a task. Here the round waits on the busy workers'
+sentinels, or 5 ms when none is left and a result is still on its way.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ description:
   - When every fork is busy, the linear strategy polls the workers in a loop that keeps one controller core busy
     until a fork is free. This strategy sleeps on the workers' process sentinels instead, waking when one ends
     (and every 5 ms to serve the workers' requests to the controller).
+  - The same wait replaces the loop in which the linear strategy awaits the results of a task's last hosts,
+    which reads the results queue every millisecond for as long as any host runs the task.
   - The controller's CPU time drops by the time it would have spent polling, which grows with the number of hosts
     per fork and with how long each host's task takes. Select it with C(strategy = fleetops.sglang.linear_blocking)
     in the C([defaults]) section of C(ansible.cfg), or the C(strategy) keyword of a play.
@@ -30,8 +37,10 @@ author:
   - SGLang remediation maintainers (@fleetops)
 """
 
+import time
 from multiprocessing.connection import wait
 
+from ansible.errors import AnsibleError
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
 
 # How often the workers' requests to the controller are served while every fork is busy.
@@ -59,6 +68,21 @@ class StrategyModule(LinearStrategyModule):
                 return
             self._process_rpc_queue()
             wait([w.sentinel for w in busy], timeout=RPC_INTERVAL)
+
+    def _wait_on_pending_results(self, iterator):
+        """The base strategy's loop (results read, dead workers refused), waiting on the workers between rounds."""
+        results = []
+        while self._pending_results > 0 and not self._tqm._terminated:
+            if self._tqm.has_dead_workers():
+                raise AnsibleError("A worker was found in a dead state")
+            results.extend(self._process_pending_results(iterator))
+            if self._pending_results > 0:
+                busy = busy_workers(self._workers)
+                if busy:
+                    wait([w.sentinel for w in busy], timeout=RPC_INTERVAL)
+                else:
+                    time.sleep(RPC_INTERVAL)
+        return results
 
     def _queue_task(self, host, task, task_vars, play_context):
         self._wait_for_free_fork(task)
