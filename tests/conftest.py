@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 # use them too, and import nothing of tests/.
 sys.path.insert(0, str(REPO / "testbed"))
 import checkout  # noqa: E402
+import parser_venv  # noqa: E402
 import sglang_wheels  # noqa: E402
+from zygote import Zygote  # noqa: E402
 
 ROLE = REPO / "roles" / "sglang"
 MODULES = REPO / "plugins" / "modules"
@@ -291,3 +293,56 @@ def run_double(tmp_path: Path) -> Iterator[Any]:
         if double.proc.poll() is None:
             double.proc.kill()
             double.proc.wait(timeout=10)
+
+
+# SGLang's own parser, per release, in the parser venv (testbed/parser_venv): session fixtures
+# here, so that test_parse_server_args and test_double_speculative_rule share one zygote per
+# release (SGLang's import, 3 to 15 CPU seconds, paid once per run).
+@pytest.fixture(scope="session")
+def python311():
+    python = parser_venv.find_python()
+    if python is None:
+        pytest.skip("no Python 3.11 for the parser venv: run scripts/bootstrap (installs Debian's python3.11) "
+                    "or set SGLANG_PARSER_PYTHON")
+    return python
+
+
+@pytest.fixture(scope="session")
+def release(python311):
+    """version -> (python, env) with that release importable."""
+    base = parser_venv.ensure_base(python311)
+    cache = {}
+
+    def get(version):
+        if version not in cache:
+            target = parser_venv.ensure_release(python311, version)
+            cache[version] = (str(base / "bin" / "python"), parser_venv.env_for(target))
+        return cache[version]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def forked(release):
+    """version -> a Zygote of that release's python with SGLang's ServerArgs imported."""
+    zygotes = {}
+
+    def get(version):
+        if version not in zygotes:
+            python, env = release(version)
+            # What a parse imports: ServerArgs, and the model config its checks load.
+            zygotes[version] = Zygote(python, ["sglang.srt.server_args", "sglang.srt.configs.model_config"], env)
+        return zygotes[version]
+
+    yield get
+    for zygote in zygotes.values():
+        zygote.close()
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """The DeepSeek-V3 target config and an EAGLE-3 draft config (no weights)."""
+    root = tmp_path_factory.mktemp("models")
+    for name in ("deepseek-v3", "deepseek-v3-eagle3"):
+        shutil.copytree(REPO / "files" / "models" / name, root / name)
+    return root / "deepseek-v3", root / "deepseek-v3-eagle3"

@@ -9,9 +9,9 @@ release tests/test_parse_server_args.py covers, in its parser venv (testbed/pars
 torch, ``--device cpu``), and the double must resolve each to the same values, warn where
 SGLang warns and refuse where SGLang raises.
 
-One interpreter per release runs the whole grid (23 triples), so SGLang's import (the 3 to 15 CPU
-seconds a zygote saves in test_parse_server_args.py) is paid once per release, not per triple; its
-fixtures are imported, not its zygotes, which pytest would start a second time for this module.
+One child per release runs the whole grid (23 triples), forked from the release's zygote that
+test_parse_server_args.py uses too (the session fixtures in conftest.py): SGLang's import (3 to 15
+CPU seconds) is paid once per release and run, not per triple nor per module.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from conftest import MODULE_UTILS_DIR
 from double_harness import load_double
 
 PARSER_SCRIPT = MODULE_UTILS_DIR / "_parse_server_args.py"
-from test_parse_server_args import RELEASES, fresh, models, python311, release  # noqa: F401 (fixtures)
+from test_parse_server_args import RELEASES
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
                                 reason="SGLANG_PARSER_TESTS=0")
@@ -88,8 +88,8 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def real(release: Any, models: Any) -> Any:
-    """version -> {triple: what that release's ServerArgs made of it}, one interpreter per release."""
+def real(forked: Any, models: Any) -> Any:
+    """version -> {triple: what that release's ServerArgs made of it}, one child of its zygote per release."""
     target, draft = models
     cache: Dict[str, Dict[Triple, Dict[str, Any]]] = {}
 
@@ -99,7 +99,7 @@ def real(release: Any, models: Any) -> Any:
                        "base": ["--model-path", str(target), "--speculative-algorithm", "EAGLE3",
                                 "--speculative-draft-model-path", str(draft), "--device", "cpu"],
                        "flags": FLAGS, "triples": GRID, "adjusted": ADJUSTED}
-            rc, out, err = fresh(release, version)(SCRIPT, [json.dumps(request)])
+            rc, out, err = forked(version).run(SCRIPT, [json.dumps(request)])
             assert rc == 0 and out.strip(), err[-3000:]
             cache[version] = dict(zip(GRID, json.loads(out.strip().splitlines()[-1])))
         return cache[version]

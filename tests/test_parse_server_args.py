@@ -29,7 +29,6 @@ import importlib.util
 import json
 import os
 import shlex
-import shutil
 import subprocess
 
 import jinja2
@@ -38,7 +37,6 @@ from ansible.plugins.filter.core import FilterModule as CoreFilters
 
 import parser_venv
 from conftest import MODULE_UTILS_DIR, MODULES, REPO, ROLE, run_module
-from zygote import Zygote
 
 SCRIPT = MODULE_UTILS_DIR / "_parse_server_args.py"
 FLAGS_MODULE = MODULES / "sglang_server_flags.py"
@@ -61,56 +59,6 @@ VARIABLES = dict(FLAGS.MANAGED_FLAGS)
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
                                 reason="SGLANG_PARSER_TESTS=0")
-
-
-@pytest.fixture(scope="session")
-def python311():
-    python = parser_venv.find_python()
-    if python is None:
-        pytest.skip("no Python 3.11 for the parser venv: run scripts/bootstrap (installs Debian's python3.11) "
-                    "or set SGLANG_PARSER_PYTHON")
-    return python
-
-
-@pytest.fixture(scope="session")
-def release(python311):
-    """version -> (python, env) with that release importable."""
-    base = parser_venv.ensure_base(python311)
-    cache = {}
-
-    def get(version):
-        if version not in cache:
-            target = parser_venv.ensure_release(python311, version)
-            cache[version] = (str(base / "bin" / "python"), parser_venv.env_for(target))
-        return cache[version]
-
-    return get
-
-
-@pytest.fixture(scope="session")
-def forked(release):
-    """version -> a Zygote of that release's python with SGLang's ServerArgs imported."""
-    zygotes = {}
-
-    def get(version):
-        if version not in zygotes:
-            python, env = release(version)
-            # What a parse imports: ServerArgs, and the model config its checks load.
-            zygotes[version] = Zygote(python, ["sglang.srt.server_args", "sglang.srt.configs.model_config"], env)
-        return zygotes[version]
-
-    yield get
-    for zygote in zygotes.values():
-        zygote.close()
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory):
-    """The DeepSeek-V3 target config and an EAGLE-3 draft config (no weights)."""
-    root = tmp_path_factory.mktemp("models")
-    for name in ("deepseek-v3", "deepseek-v3-eagle3"):
-        shutil.copytree(REPO / "files" / "models" / name, root / name)
-    return root / "deepseek-v3", root / "deepseek-v3-eagle3"
 
 
 def render(models, **overrides):
