@@ -27,13 +27,6 @@ from typing import Any, Dict, List, Mapping, Sequence
 IGNORED = {"groups", "pre_build_image", "children"}
 # Molecule's own label, as its docker driver sets it (its status finds the instances by name).
 LABELS = {"owner": "molecule"}
-# pip byte-compiles every file it installs (about 1,400 for SGLang 0.5.9, 3 CPU-seconds): no
-# assertion reads a .pyc, and the test double imports nothing of SGLang. A container's
-# environment reaches every command run over the docker connection, so the role's pip installs
-# without compiling, except in the scenarios that install as production does: the converge
-# from scratch on each distribution and the upgrade (a platform's own PIP_COMPILE wins).
-PIP_ENV = {"PIP_COMPILE": "false"}
-COMPILING_SCENARIOS = {"default", "upgrade"}
 
 
 class PlatformError(ValueError):
@@ -50,7 +43,7 @@ def run_args(platform: Mapping[str, Any], scenario: str = "") -> List[str]:
                             " never by Molecule)" % name)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", str(platform.get("hostname", name))]
     labels = dict(LABELS, **({"molecule.scenario": scenario} if scenario else {}))
-    env = {} if scenario in COMPILING_SCENARIOS else dict(PIP_ENV)
+    env = {}
     for key, value in sorted(platform.items()):
         if key in IGNORED or key in ("name", "hostname", "image", "command"):
             continue
