@@ -63,12 +63,9 @@ def run_command(argv):
 
 
 @pytest.fixture(scope="session")
-def torch_python():
-    python = parser_venv.find_python()
-    if python is None:
-        pytest.skip("no Python 3.11 for the parser venv: run scripts/bootstrap (installs Debian's python3.11) "
-                    "or set SGLANG_PARSER_PYTHON")
-    return str(parser_venv.ensure_base(python) / "bin" / "python")
+def torch_python(python311):
+    """The parser venv's python (torch CPU): python311 is conftest.py's."""
+    return str(parser_venv.ensure_base(python311) / "bin" / "python")
 
 
 def site(venv: Path) -> Path:
