@@ -43,7 +43,6 @@ def run_args(platform: Mapping[str, Any], scenario: str = "") -> List[str]:
                             " never by Molecule)" % name)
     argv = ["docker", "run", "-d", "--name", name, "--hostname", str(platform.get("hostname", name))]
     labels = dict(LABELS, **({"molecule.scenario": scenario} if scenario else {}))
-    env = {}
     for key, value in sorted(platform.items()):
         if key in IGNORED or key in ("name", "hostname", "image", "command"):
             continue
@@ -62,14 +61,13 @@ def run_args(platform: Mapping[str, Any], scenario: str = "") -> List[str]:
         elif key == "stop_signal":
             argv += ["--stop-signal", value]
         elif key == "env":
-            env.update(value)
+            argv += [a for k, v in sorted(value.items()) for a in ("-e", "%s=%s" % (k, v))]
         elif key == "labels":
             labels.update(value)
         else:
             raise PlatformError("platform %s: key %r is not mapped by testbed/instances.py (mapped: capabilities,"
                                 " security_opts, volumes, tmpfs, published_ports, cgroupns_mode, stop_signal, env,"
                                 " labels, hostname, image, command)" % (name, key))
-    argv += [a for k, v in sorted(env.items()) for a in ("-e", "%s=%s" % (k, v))]
     argv += [a for k, v in sorted(labels.items()) for a in ("--label", "%s=%s" % (k, v))]
     if not platform.get("image"):
         raise PlatformError("platform %s has no image" % name)

@@ -26,7 +26,7 @@ of its ``.py`` files, compiled by the test hosts' Python (``SGLANG_TEST_BYTECODE
 default ``python3.11``, Debian 12's) as unchecked-hash ``.pyc`` entries beside the sources.
 A host imports the payload from the zip file, where Python neither writes nor finds a
 ``__pycache__``: every module run compiled ``basic.py`` and the other module_utils again,
-about half the CPU of a run of a module on a host. zipimport takes a ``.pyc`` entry whose
+about a quarter of the CPU of a module run on a host. zipimport takes a ``.pyc`` entry whose
 magic number is its own and falls back to the source otherwise (Debian 13's 3.13). Compiled
 from the same bytes, the code is the same; only its frames name the payload's inner path
 (``<ansiballz>/ansible/...``) instead of the random directory the host unpacks it in.
