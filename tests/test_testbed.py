@@ -52,8 +52,22 @@ def test_bare_machine_installs_starts_and_builds_everything(recorded):
                         inotify_instances=128))
     states.append(state(image_recipes={s: None for s in testbed.SUITES}, inotify_instances=128))
     testbed.ensure(testbed.SUITES)
-    assert calls == [("apt", ("docker.io", "debootstrap")), ("start-engine",), ("inotify", 1024),
-                     ("build", "bookworm"), ("build", "trixie")]
+    # The two images are built side by side: in either order.
+    assert calls[:3] == [("apt", ("docker.io", "debootstrap")), ("start-engine",), ("inotify", 1024)]
+    assert sorted(calls[3:]) == [("build", "bookworm"), ("build", "trixie")]
+
+
+def test_missing_images_are_built_side_by_side_and_a_failure_still_fails(monkeypatch):
+    import threading
+    both = threading.Barrier(2, timeout=10)  # broken (an error) unless the two builds overlap
+    def build(suite, runner=None):
+        both.wait()
+        if suite == "trixie":
+            raise SystemExit("testbed: debootstrap trixie failed")
+    monkeypatch.setattr(testbed, "build_image", build)
+    with pytest.raises(SystemExit, match="debootstrap trixie failed"):
+        testbed.build_images(["bookworm", "trixie"])
+    assert not both.broken
 
 
 def test_stopped_engine_with_images_is_started_not_rebuilt(recorded):
