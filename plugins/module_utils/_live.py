@@ -71,8 +71,11 @@ def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None
     if body is not None:
         headers["Content-Type"] = "application/json"
     try:
+        # Never through a proxy: the server is on this host, and a configured HTTP(S)_PROXY
+        # (urllib honours it even for 127.0.0.1 unless no_proxy names it) would otherwise be
+        # handed every request, the Authorization header with the API key included.
         resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                        timeout=timeout, validate_certs=True)
+                        timeout=timeout, validate_certs=True, use_proxy=False)
         raw = resp.read()
         status = resp.getcode()
     except HTTPError as exc:
