@@ -133,6 +133,11 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                          canaries=None if canaries is None else [str(h) for h in canaries], stage=stage)
 
 
+def lease_break_errors(hosts: Any, limit: Any = None, target: Any = None, confirmed: Any = 1) -> list[str]:
+    """Why playbooks/lease_break.yml refuses to break the leases of ``hosts`` (plugins/module_utils/_rollout.py)."""
+    return _rollout.lease_break_errors(limit, target, [str(h) for h in (hosts or [])], confirmed)
+
+
 def soak_verdict(result: Any) -> str:
     """One host's soak read: "passed" or "failed: <why>" (tasks/soak.yml)."""
     return _rollout.soak_verdict(dict(result or {}))
@@ -196,6 +201,7 @@ class FilterModule:
             "rollout_plan": rollout_plan,
             "report_merge": report_merge,
             "soak_verdict": soak_verdict,
+            "lease_break_errors": lease_break_errors,
             "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,

@@ -105,6 +105,37 @@ def soak_errors(seconds: Any, action: Any) -> List[str]:
     return errors
 
 
+# Host patterns that select every host: refused by playbooks/lease_break.yml whatever the count.
+_EVERY_HOST = re.compile(r"^&?(all|\*)$")
+
+
+def lease_break_errors(limit: Any, target: Any, hosts: Sequence[str], confirmed: Any = 1) -> List[str]:
+    """Why playbooks/lease_break.yml must not break the leases of ``hosts`` (none: it may).
+
+    A lease break frees hosts for any run, whoever holds them: it names its hosts. ``all`` or
+    ``*`` in --limit (``limit``) or sglang_target_hosts (``target``) is refused, and so is a
+    selection of more hosts than the operator confirms with sglang_lease_break_hosts
+    (``confirmed``, default 1)."""
+    errors: List[str] = []
+    for var, value in (("--limit", limit), ("sglang_target_hosts", target)):
+        items = value if isinstance(value, (list, tuple)) else re.split(r"[,:]", str(value or ""))
+        wild = [str(i).strip() for i in items if _EVERY_HOST.match(str(i).strip())]
+        if wild:
+            errors.append("%s=%s selects every host (%s): a lease break names the hosts whose run is known to be "
+                          "gone (--limit gpu-17,gpu-18)" % (var, value if isinstance(value, str) else list(value),
+                                                             ", ".join(wild)))
+    number = _count(confirmed)
+    if isinstance(confirmed, bool) or number is None or number[1] or number[0] < 1:
+        errors.append("sglang_lease_break_hosts=%r: the number of hosts whose leases to break, a whole number of at "
+                      "least 1 (default 1)" % (confirmed,))
+    elif len(hosts) > number[0]:
+        shown = ", ".join(list(hosts)[:5]) + (", ..." if len(hosts) > 5 else "")
+        errors.append("the selection matches %d hosts (%s), more than sglang_lease_break_hosts=%d confirms: narrow "
+                      "--limit, or confirm the count with -e sglang_lease_break_hosts=%d"
+                      % (len(hosts), shown, number[0], len(hosts)))
+    return errors
+
+
 def soak_verdict(result: Mapping[str, Any]) -> str:
     """One host's soak read (a loop result of sglang_gate): "passed", or "failed: <why>"."""
     result = result if isinstance(result, Mapping) else {}
