@@ -110,6 +110,34 @@ def test_a_failed_batch_leaves_a_complete_report(callback, tmp_path):
     assert len(copies) == 1 and json.loads(copies[0].read_text()) == doc
 
 
+def test_the_report_is_private_its_files_0600_and_the_folders_it_makes_0700(tmp_path, monkeypatch):
+    import stat
+    base = tmp_path / "reports"           # made by the callback
+    cb = report.CallbackModule()
+    monkeypatch.setattr(cb, "get_option", {"report_dir": str(base), "print_rows_max": 50, "keep": "200"}.get)
+    cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
+    inv = Inventory(["h1"])
+    inv.batch = ["h1"]
+    cb.v2_playbook_on_play_start(play(inv))
+    cb.v2_runner_on_ok(result("h1", fact("h1")))
+    (run,) = (base / "runs").iterdir()
+    mode = lambda p: stat.S_IMODE(p.stat().st_mode)  # noqa: E731
+    assert {str(d.relative_to(tmp_path)): mode(d) for d in (base, base / "runs", run, base / "latest")} == {
+        "reports": 0o700, "reports/runs": 0o700, str(run.relative_to(tmp_path)): 0o700, "reports/latest": 0o700}
+    files = [d / n for d in (run, base / "latest") for n in ("fleet.json", "fleet.md")]
+    assert [mode(f) for f in files] == [0o600] * 4
+    # A report directory that exists keeps the mode its owner gave it; the files are still 0600.
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o750)
+    shared.chmod(0o750)
+    cb2 = report.CallbackModule()
+    monkeypatch.setattr(cb2, "get_option", {"report_dir": str(shared), "print_rows_max": 50, "keep": "200"}.get)
+    cb2.v2_playbook_on_start(SimpleNamespace(_file_name="/x/audit.yml"))
+    cb2.v2_playbook_on_play_start(play(inv))
+    cb2.v2_runner_on_ok(result("h1", fact("h1")))
+    assert mode(shared) == 0o750 and mode(shared / "latest" / "fleet.json") == 0o600
+
+
 def test_hosts_of_an_interrupted_batch_are_aborted(callback, tmp_path):
     inv = Inventory(["h1", "h2"])
     callback.v2_playbook_on_play_start(play(inv))

@@ -241,8 +241,12 @@ def test_the_playbook_takes_one_glob_as_awx_example_gives_it(rollout, tmp_path):
     proc = merge_playbook(tmp_path, {"sglang_report_merge_sources": str(tmp_path / "*" / "runs" / "*" / "fleet.json"),
                                      "sglang_rollout_id": "r1"})
     assert proc.returncode == 0, proc.stdout[-3000:]
-    doc = json.loads((tmp_path / "merge-run" / "merged" / "r1" / "fleet.json").read_text())
+    merged = tmp_path / "merge-run" / "merged" / "r1"
+    doc = json.loads((merged / "fleet.json").read_text())
     assert len(doc["hosts"]) == 12 and doc["run"]["result"] == "complete"
+    # Private, as the jobs' own reports are.
+    assert [oct(p.stat().st_mode & 0o777) for p in (merged, merged / "fleet.json", merged / "fleet.md")] == [
+        "0o700", "0o600", "0o600"]
     assert (tmp_path / "merge-run" / "merged" / "r1" / "fleet.md").read_text().startswith("# SGLang fleet report")
 
 

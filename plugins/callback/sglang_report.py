@@ -18,6 +18,9 @@ description:
     C(<report_dir>/runs/<UTC time>-<playbook>-<pid>/) after every event that changes a row, so the
     report exists even when the run aborts (failed canary, max_fail_percentage tripped,
     any_errors_fatal, Ctrl-C). Hosts of the play that no batch reached appear as C(not reached).
+  - The report names every host, its release, hashes and errors, so it is private. Its files are 0600, and the folders
+    the callback makes (the report directory, C(runs/), each run's folder, C(latest/)) are 0700; a folder that
+    already exists keeps its mode.
   - Which plays take part is said by one play variable, C(sglang_fleet_report), which the collection's playbooks set
     on every play they report on. V(true) (or V(batch)) - the play's hosts are a batch (remediate.yml's rollout,
     rollback.yml). V(pass) - a pass over the whole fleet that is not a batch (the probe pass of remediate.yml and
@@ -196,6 +199,9 @@ def fleet_part(play: Any) -> Optional[str]:
 
 # The report directory's default, and the variable ansible-runner gives the playbook: its artifacts directory.
 DEFAULT_REPORT_DIR = "reports"
+# The report's files and the folders the callback makes: the operator's alone.
+REPORT_FILE_MODE = 0o600
+REPORT_DIR_MODE = 0o700
 RUNNER_ARTIFACTS_ENV = "AWX_ISOLATED_DATA_DIR"
 # A run folder's name: <UTC start>-<playbook>[@job<AWX job id>]-<pid> (_setup_dirs).
 RUN_DIR = re.compile(r"^\d{8}T\d{6}Z-[^/]+-\d+$")
@@ -621,9 +627,14 @@ class CallbackModule(CallbackBase):
         text_json = json.dumps(plain(doc), indent=2, sort_keys=False) + "\n"
         text_md = render_markdown(doc)
         try:
+            # Private: a report names every host, its release, hashes and errors. The folders this
+            # callback makes are 0700 (the report directory, runs/, each run's, latest/), the files
+            # 0600; a folder that exists keeps the mode its owner gave it.
+            for d in (self.base_dir, os.path.join(self.base_dir, "runs")):
+                os.makedirs(d, mode=REPORT_DIR_MODE, exist_ok=True)
             for d in (self.run_dir, os.path.join(self.base_dir, "latest")):
-                atomic_write(os.path.join(d, "fleet.json"), text_json, mode=0o644, dir_mode=0o777)
-                atomic_write(os.path.join(d, "fleet.md"), text_md, mode=0o644, dir_mode=0o777)
+                atomic_write(os.path.join(d, "fleet.json"), text_json, mode=REPORT_FILE_MODE, dir_mode=REPORT_DIR_MODE)
+                atomic_write(os.path.join(d, "fleet.md"), text_md, mode=REPORT_FILE_MODE, dir_mode=REPORT_DIR_MODE)
         except OSError as exc:
             self._display.warning("sglang_report: could not write the fleet report: %s" % exc)
         return text_md
