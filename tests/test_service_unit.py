@@ -32,12 +32,12 @@ GPU_UNSAFE = ("MemoryDenyWriteExecute", "PrivateDevices", "DevicePolicy", "Devic
 
 def test_a_valid_dict_of_sections_passes_and_renders_one_line_per_value():
     extra = {"Service": {"LimitNPROC": 65536, "DeviceAllow": ["char-infiniband_verbs rw", "/dev/infiniband/rdma_cm rw"],
-                         "ProtectClock": True, "ReadWritePaths": ""},
+                         "SendSIGKILL": True, "ReadOnlyPaths": ""},
              "Unit": {"After": "nvidia-persistenced.service"}}
     assert svc.validate_extra_directives(extra) == []
     assert svc.directive_lines(extra, "Service") == [
         "LimitNPROC=65536", "DeviceAllow=char-infiniband_verbs rw", "DeviceAllow=/dev/infiniband/rdma_cm rw",
-        "ProtectClock=yes", "ReadWritePaths="]
+        "SendSIGKILL=yes", "ReadOnlyPaths="]
     assert svc.directive_lines(extra, "Unit") == ["After=nvidia-persistenced.service"]
     assert svc.directive_lines(extra, "Install") == []
     assert svc.validate_extra_directives({}) == [] and svc.directive_lines({}, "Service") == []
@@ -47,7 +47,7 @@ def test_a_valid_dict_of_sections_passes_and_renders_one_line_per_value():
     ({"Service": {"Nice": "1\nExecStartPre=/bin/sh -c id"}}, "control characters"),
     ({"Service": {"Nice": "1\r"}}, "control characters"),
     ({"Service": {"Nice": ["1", "2\t3"]}}, "[1]"),
-    ({"Service": {"ReadWritePaths": "/data \\"}}, "trailing backslash"),
+    ({"Service": {"ReadOnlyPaths": "/data \\"}}, "trailing backslash"),
     ({"Service": {"Limit-NPROC": 1}}, "not a systemd directive name"),
     ({"Service": {"1Limit": 1}}, "not a systemd directive name"),
     ({"Service": {"Limit NPROC": 1}}, "not a systemd directive name"),
@@ -61,6 +61,23 @@ def test_a_valid_dict_of_sections_passes_and_renders_one_line_per_value():
     ({"Service": {"ExecStart": "/bin/true"}}, "set sglang_server_command"),
     ({"Service": {"Environment": "HF_TOKEN=x"}}, "0600 environment file"),
     ({"Service": {"User": "root"}}, "set sglang_user instead"),
+    # Anything that could weaken the sandbox, run a command or change who runs what is refused by name.
+    ({"Service": {"ExecStartPre": "+/bin/sh -c id"}}, "ExecStartPre is not accepted"),
+    ({"Service": {"ExecStopPost": "/bin/true"}}, "ExecStopPost is not accepted"),
+    ({"Service": {"NoNewPrivileges": "no"}}, "NoNewPrivileges is not accepted"),
+    ({"Service": {"CapabilityBoundingSet": ""}}, "CapabilityBoundingSet is not accepted"),
+    ({"Service": {"AmbientCapabilities": "CAP_SYS_ADMIN"}}, "AmbientCapabilities is not accepted"),
+    ({"Service": {"SupplementaryGroups": "root"}}, "SupplementaryGroups is not accepted"),
+    ({"Service": {"DynamicUser": True}}, "DynamicUser is not accepted"),
+    ({"Service": {"ProtectSystem": "false"}}, "ProtectSystem is not accepted"),
+    ({"Service": {"ReadWritePaths": "/etc"}}, "ReadWritePaths is not accepted"),
+    ({"Service": {"StandardOutput": "file:/etc/shadow"}}, "StandardOutput is not accepted"),
+    ({"Service": {"WorkingDirectory": "/tmp"}}, "WorkingDirectory is not accepted"),
+    ({"Service": {"PAMName": "login"}}, "PAMName is not accepted"),
+    ({"Service": {"UMask": "0000"}}, "UMask is not accepted"),
+    ({"Unit": {"StartLimitAction": "reboot-force"}}, "StartLimitAction is not accepted"),
+    ({"Unit": {"LimitNPROC": 1}}, "Accepted in [Unit]: "),
+    ({"Install": {"Also": "debug-shell.service"}}, "Also is not accepted"),
 ])
 def test_bad_extra_directives_are_refused_naming_the_variable_and_the_value(value, needle):
     errors = svc.validate_extra_directives(value)
@@ -95,7 +112,20 @@ def test_paths_for_the_defaults():
     paths = svc.service_paths("/var/lib/sglang", ["/models/DeepSeek-V3", "/models/DeepSeek-V3-EAGLE3/"], {})
     assert paths == {"read_write": ["/var/lib/sglang"],
                      "read_only": ["/models/DeepSeek-V3", "/models/DeepSeek-V3-EAGLE3"],
+                     "read_write_words": ["/var/lib/sglang"],
+                     "read_only_words": ["-/models/DeepSeek-V3", "-/models/DeepSeek-V3-EAGLE3"],
                      "protect_home": "true"}
+
+
+@pytest.mark.parametrize("path, prefix, word", [
+    ("/models/DeepSeek-V3", "-", "-/models/DeepSeek-V3"),          # as before: no quotes, no unit change
+    ("/models/DeepSeek V3", "-", '"-/models/DeepSeek V3"'),        # one word, not two paths
+    ("/models/50%", "-", "-/models/50%%"),                          # not a specifier
+    ('/models/a"b\\c', "", '"/models/a\\"b\\\\c"'),                 # quote and backslash escaped
+    ("/data/it's", "-", '"-/data/it\'s"'),
+])
+def test_a_path_is_one_word_of_the_units_path_list(path, prefix, word):
+    assert svc.unit_path_word(path, prefix) == word
 
 
 def test_a_cache_moved_out_of_the_home_stays_writable_and_secrets_are_not_read():
@@ -171,9 +201,24 @@ def test_the_strict_profile_adds_the_nvidia_allow_list_and_the_syscall_filter():
 
 
 def test_extra_directives_follow_the_role_s_own_in_their_section():
-    text = _render(sglang_service_extra_directives={"Service": {"ProtectSystem": "full"},
+    text = _render(sglang_service_extra_directives={"Service": {"TimeoutStopSec": 300},
                                                     "Unit": {"After": "nvidia-persistenced.service"},
                                                     "Install": {"Alias": "llm.service"}})
     service = _directives(text)
-    assert service[-1] == "ProtectSystem" and service.count("ProtectSystem") == 2
+    assert service[-1] == "TimeoutStopSec" and service.count("TimeoutStopSec") == 2
     assert _directives(text, "Unit")[-1] == "After" and _directives(text, "Install")[-1] == "Alias"
+
+
+def test_systemd_expands_nothing_in_the_launch_arguments():
+    """systemd substitutes $NAME and ${NAME} from the environment file, and % specifiers, even inside
+    quotes: a $ is written $$ and a % %%, so the server's argv is the argument as given."""
+    text = _render(_sglang_launch_args=["--model-path", "/models/DeepSeek-V3", "--served-model-name",
+                                        "ds-${HF_TOKEN}-$HOME-50%"])
+    assert "--served-model-name 'ds-$${HF_TOKEN}-$$HOME-50%%'" in text, text
+
+
+def test_model_and_cache_paths_with_spaces_stay_one_path_each():
+    text = _render(sglang_model_path="/models/Deep Seek", sglang_draft_model_path="/models/draft",
+                   sglang_environment={"HF_HOME": "/data/hf cache"})
+    assert '\nReadOnlyPaths="-/models/Deep Seek" -/models/draft\n' in text, text
+    assert '\nReadWritePaths="-/data/hf cache"\n' in text, text

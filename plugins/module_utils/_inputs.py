@@ -144,7 +144,8 @@ VARIABLES: Dict[str, Variable] = {
                                          check_choice("default", "strict")),
     "sglang_service_extra_directives": Variable(
         "a mapping of section (Unit, Service, Install) to directive names [A-Za-z][A-Za-z0-9]* to a value or a "
-        "list of values, not a directive the role owns, no trailing backslash", check_extra_directives),
+        "list of values, each directive one the section accepts (guide_hardening), no trailing backslash",
+        check_extra_directives),
     "sglang_live_check": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_live_probe_requests": Variable("an integer from 0 (server info only) to %d (the role's prompts)"
                                            % LIVE_PROMPTS, check_int_range(0, LIVE_PROMPTS)),

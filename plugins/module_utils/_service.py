@@ -41,6 +41,32 @@ OWNED = {
     "Environment": "sglang_environment, which reaches only the 0600 environment file",
 }
 
+# What sglang_service_extra_directives may add: directives that order, limit, schedule or tighten
+# the service, and cannot weaken its sandbox, run a command, change who it runs as or where its
+# output goes. Anything else (ExecStartPre=, NoNewPrivileges=, CapabilityBoundingSet=, User=,
+# SupplementaryGroups=, ReadWritePaths=, StandardOutput=file:..., Protect*=, ...) is refused by name.
+ALLOWED = {
+    "Unit": frozenset((
+        "Description", "Documentation", "Wants", "Requires", "Requisite", "BindsTo", "PartOf", "Upholds",
+        "Conflicts", "Before", "After", "OnFailure", "OnSuccess", "RequiresMountsFor", "StartLimitIntervalSec",
+        "StartLimitBurst")),
+    "Service": frozenset((
+        "Restart", "RestartSec", "RestartSteps", "RestartMaxDelaySec", "RestartPreventExitStatus",
+        "RestartForceExitStatus", "SuccessExitStatus", "TimeoutStartSec", "TimeoutStopSec", "TimeoutAbortSec",
+        "KillSignal", "FinalKillSignal", "SendSIGKILL", "Nice", "OOMScoreAdjust", "OOMPolicy", "IOSchedulingClass",
+        "IOSchedulingPriority", "CPUAffinity", "NUMAPolicy", "NUMAMask", "Slice", "CPUWeight", "CPUQuota",
+        "IOWeight", "MemoryMin", "MemoryLow", "MemoryHigh", "MemoryMax", "MemorySwapMax", "TasksMax",
+        # More limits on the same process: they only narrow what it may do.
+        "LimitCPU", "LimitFSIZE", "LimitDATA", "LimitSTACK", "LimitCORE", "LimitRSS", "LimitNOFILE", "LimitAS",
+        "LimitNPROC", "LimitMEMLOCK", "LimitLOCKS", "LimitSIGPENDING", "LimitMSGQUEUE", "LimitNICE",
+        "LimitRTPRIO", "LimitRTTIME",
+        # Less reachable, never more: devices (the InfiniBand verbs of multi-node NCCL), read-only and
+        # hidden paths.
+        "DeviceAllow", "ReadOnlyPaths", "InaccessiblePaths",
+        "LogLevelMax", "LogRateLimitIntervalSec", "LogRateLimitBurst", "SyslogIdentifier", "UnsetEnvironment")),
+    "Install": frozenset(("WantedBy", "RequiredBy", "Alias")),
+}
+
 # Variables of sglang_environment that move a cache out of sglang_home; with
 # ProtectSystem=strict each must be writable or the first JIT or download fails.
 CACHE_ENV_VARS = (
@@ -100,16 +126,20 @@ def validate_extra_directives(value: Any, var: str = "sglang_service_extra_direc
             errors.append("%s must be a dict of directive name to value; got %s." % (where, _describe(directives)))
             continue
         for key, val in directives.items():
-            errors += _directive_errors(where, key, val)
+            errors += _directive_errors(where, section, key, val)
     return errors
 
 
-def _directive_errors(where: str, key: Any, val: Any) -> List[str]:
+def _directive_errors(where: str, section: str, key: Any, val: Any) -> List[str]:
     if not isinstance(key, str) or not DIRECTIVE_RE.fullmatch(key):
         return ["%s: directive name %s is not a systemd directive name (a letter, then letters and digits,"
                 " e.g. LimitNPROC)." % (where, _describe(key))]
     if key in OWNED:
         return ["%s: %s is set by the role; set %s instead." % (where, key, OWNED[key])]
+    if key not in ALLOWED.get(section, ()):
+        return ["%s: %s is not accepted: an extra directive may order, limit, schedule or tighten the service, never"
+                " weaken its sandbox, run a command, or change who it runs as or where its output goes. Accepted in"
+                " [%s]: %s." % (where, key, section, ", ".join(sorted(ALLOWED.get(section, ()))))]
     items = val if isinstance(val, list) else [val]
     errors = []  # type: List[str]
     for pos, item in enumerate(items):
@@ -139,10 +169,26 @@ def _under(path: str, roots: Sequence[str]) -> bool:
 
 
 def _clean(path: Any) -> Optional[str]:
-    """An absolute path without a trailing slash, or None for anything else (ignored)."""
-    if not isinstance(path, str) or not path.startswith("/") or _CONTROL_RE.search(path) or " " in path:
+    """An absolute path without a trailing slash, or None for anything else (ignored). A path with
+    spaces is kept: the unit quotes it (unit_path_word)."""
+    if not isinstance(path, str) or not path.startswith("/") or _CONTROL_RE.search(path):
         return None
     return path.rstrip("/") or "/"
+
+
+# A path written into ReadWritePaths=/ReadOnlyPaths= is one word of a list that systemd splits at
+# whitespace, unquotes and C-unescapes, after expanding % specifiers.
+_NEEDS_QUOTES = re.compile(r"[\s\"'\\]")
+
+
+def unit_path_word(path: str, prefix: str = "") -> str:
+    """``path`` (after ``prefix``, e.g. "-") as one word of a unit's path list: ``%`` doubled, and
+    quoted with its backslashes and double quotes escaped only when it holds whitespace, a quote or
+    a backslash, so that a plain path renders as it always did (no unit change, no restart)."""
+    word = prefix + path.replace("%", "%%")
+    if _NEEDS_QUOTES.search(word):
+        word = '"%s"' % word.replace("\\", "\\\\").replace('"', '\\"')
+    return word
 
 
 def service_paths(home: str, model_paths: Sequence[Any], environment: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -171,5 +217,9 @@ def service_paths(home: str, model_paths: Sequence[Any], environment: Optional[M
     return {
         "read_write": read_write,
         "read_only": read_only,
+        # As the unit writes them: the home must exist, a moved cache may not yet ("-"), models are
+        # checked by preflight, not at every start ("-").
+        "read_write_words": [unit_path_word(p, "-" if n else "") for n, p in enumerate(read_write)],
+        "read_only_words": [unit_path_word(p, "-") for p in read_only],
         "protect_home": "read-only" if any(_under(p, _HOME_ROOTS) for p in needed) else "true",
     }

@@ -181,6 +181,23 @@ def test_textfile_after_remediate(host):
     assert json.loads(host.file(METRICS_STATE).content_string) == {"restarts_total": 1}
 
 
+def test_systemd_expands_nothing_in_the_servers_arguments(host):
+    """live.yml's --served-model-name deepseek-v3-${HF_TOKEN}, HF_TOKEN being in the environment file:
+    the unit writes "$$", so the server runs the argument as given and the token stays out of its argv
+    (readable by every local user) and out of the model name it serves."""
+    live = yaml.safe_load((PROJECT / "molecule" / "live" / "vars" / "live.yml").read_text())
+    token = live["sglang_environment"]["HF_TOKEN"]
+    pid = host.check_output("systemctl show -p MainPID --value sglang")
+    argv = host.check_output("tr '\\0' '\\n' < /proc/%s/cmdline" % pid).splitlines()
+    assert argv[argv.index("--served-model-name") + 1] == "deepseek-v3-${HF_TOKEN}", argv
+    assert not any(token in arg for arg in argv), argv
+    environ = host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid).splitlines()
+    assert "HF_TOKEN=%s" % token in environ
+    info = json.loads(host.check_output("python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                                        "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
+    assert info["served_model_name"] == "deepseek-v3-${HF_TOKEN}"
+
+
 def test_audit_of_a_healthy_host_reads_it_live(host):
     result, row = run(AUDIT, "audit-healthy")
     assert result.rc == 0 and result.changed() == 0, result.tail()
