@@ -269,7 +269,9 @@ def test_control_characters_are_refused_everywhere(var, wrap, char):
     assert "\n" not in text and "\r" not in text, "the message itself must stay on one line"
 
 
-@pytest.mark.parametrize("value", ["python -m sglang", "", "   ", "/usr/bin/python -c 'print(\"%d\")'", 5])
+@pytest.mark.parametrize("value", ["python -m sglang", "", "   ", "/usr/bin/python -c 'print(\"%d\")'", 5,
+                                   "/opt/venv/bin/python -m sglang.launch_server --api-key ${KEY}",
+                                   "/opt/venv/bin/python -m sglang.launch_server --served-model-name $HF_TOKEN"])
 def test_server_command(value):
     refused("sglang_server_command", value)
 

@@ -194,6 +194,9 @@ def check_server_command(var: str, value: Any, _values: Mapping[str, Any], accep
         return [message(var, value, "does not start with an absolute program path", accepted)]
     if "%" in value:
         return [message(var, value, "holds %, which systemd expands as a specifier in ExecStart=", accepted)]
+    if "$" in value:
+        return [message(var, value, "holds $, which systemd expands from the environment file (secrets included) "
+                        "in ExecStart=", accepted)]
     return []
 
 
