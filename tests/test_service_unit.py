@@ -222,3 +222,13 @@ def test_model_and_cache_paths_with_spaces_stay_one_path_each():
                    sglang_environment={"HF_HOME": "/data/hf cache"})
     assert '\nReadOnlyPaths="-/models/Deep Seek" -/models/draft\n' in text, text
     assert '\nReadWritePaths="-/data/hf cache"\n' in text, text
+
+
+def test_the_server_runs_from_roots_directory_isolated_from_its_writable_home():
+    """`python -m` puts the working directory first on sys.path: from the service user's writable home, a
+    module planted there would shadow the venv. The unit runs from /, and the default command is isolated."""
+    import yaml
+    text = _render()
+    assert "\nWorkingDirectory=/\n" in text and "WorkingDirectory=/var/lib/sglang" not in text
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert defaults["sglang_server_command"] == "{{ sglang_venv }}/bin/python -I -m sglang.launch_server"

@@ -196,6 +196,8 @@ def test_systemd_expands_nothing_in_the_servers_arguments(host):
     info = json.loads(host.check_output("python3 -c \"import urllib.request; print(urllib.request.urlopen("
                                         "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
     assert info["served_model_name"] == "deepseek-v3-${HF_TOKEN}"
+    # Run from root's /, not from the service user's writable home.
+    assert host.check_output("readlink /proc/%s/cwd" % pid) == "/"
 
 
 def test_audit_of_a_healthy_host_reads_it_live(host):
