@@ -162,6 +162,22 @@ def test_model_paths_may_hold_spaces_they_are_quoted():
     assert errors(sglang_model_path="/models/DeepSeek V3") == []
 
 
+@pytest.mark.parametrize("home, other, path", [
+    ("/opt/sglang", "sglang_venv", "/opt/sglang/venv"),
+    ("/opt/sglang/venv", "sglang_venv", "/opt/sglang/venv"),
+    ("/opt/sglang/", "sglang_wheelhouse_remote", "/opt/sglang/wheels"),
+    ("/opt/py", "sglang_python", "/opt/py/bin/python3"),
+])
+def test_a_home_holding_what_root_runs_is_refused(home, other, path):
+    text = " ".join(errors(sglang_home=home, **{other: path}))
+    assert "sglang_home=" in text and "holds %s=%s" % (other, path) in text, text
+
+
+def test_a_home_beside_the_venv_is_accepted():
+    assert errors(sglang_home="/opt/sglang-home", sglang_venv="/opt/sglang/venv",
+                  sglang_wheelhouse_remote="/opt/sglang/wheels") == []
+
+
 def test_state_dir_and_home_stay_apart_and_out_of_the_venv():
     refused("sglang_home", "/var/lib/sglang-remediation/home", "overlaps sglang_state_dir")
     refused("sglang_state_dir", "/opt/sglang/venv/state", "inside sglang_venv")

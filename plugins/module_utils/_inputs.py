@@ -113,7 +113,8 @@ VARIABLES: Dict[str, Variable] = {
                              check_account("user")),
     "sglang_group": accepting("a POSIX group name ([a-z_][a-z0-9_-]*, at most 32 characters), not root",
                               check_account("group")),
-    "sglang_home": accepting(_UNIT_PATH + _OWN_DIR + ", apart from sglang_state_dir", check_home),
+    "sglang_home": accepting(_UNIT_PATH + _OWN_DIR + ", apart from sglang_state_dir, and holding none of "
+                             "sglang_venv, sglang_wheelhouse_remote, sglang_python", check_home),
     "sglang_server_command": accepting("an absolute program path then its arguments, without % or $", check_server_command),
     "sglang_environment": accepting(
         "a mapping of names [A-Za-z_][A-Za-z0-9_]* to strings or numbers, printable ASCII", check_environment),

@@ -167,6 +167,11 @@ def check_account(kind: str) -> Callable[..., List[str]]:
     return check
 
 
+# What root installs, reads or runs on the host: the service user, who owns sglang_home and everything
+# below it, must not be able to rewrite it (sglang_state_dir has its own rule above: the two stay apart).
+_ROOTS_PATHS = ("sglang_venv", "sglang_wheelhouse_remote", "sglang_python")
+
+
 def check_home(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
     errors = path_errors(var, value, accepted, unit_safe=True, own_directory=True)
     state = values.get("sglang_state_dir")
@@ -175,6 +180,15 @@ def check_home(var: str, value: Any, values: Mapping[str, Any], accepted: str) -
         if a.startswith(b) or b.startswith(a):
             errors.append(message(var, value, "overlaps sglang_state_dir=%s (root-only backups and the service "
                                   "user's writable home must stay apart)" % state, accepted))
+    if errors:
+        return errors
+    home = value.rstrip("/") + "/"
+    for other in _ROOTS_PATHS:
+        path = values.get(other)
+        if isinstance(path, str) and path.startswith("/") and (path.rstrip("/") + "/").startswith(home):
+            errors.append(message(var, value, "holds %s=%s: the home is the service user's to write, so that user "
+                                  "could rewrite what root installs and runs there; keep the home apart (e.g. "
+                                  "sglang_home=/var/lib/sglang) or move %s out of it" % (other, path, other), accepted))
     return errors
 
 

@@ -154,6 +154,12 @@ CASES += [
          ["sglang_home=/var/lib/my sglang", "unquoted"]),
     Case("home_inside_state_dir", {"sglang_home": "/var/lib/sglang-remediation/home"},
          ["sglang_home=/var/lib/sglang-remediation/home", "overlaps sglang_state_dir"]),
+    # The service user's writable home holding the code root installs and runs.
+    Case("home_holding_the_venv", {"sglang_home": "/opt/sglang"},
+         ["sglang_home=/opt/sglang", "holds sglang_venv=/opt/sglang/venv"]),
+    Case("extra_directive_running_a_command_as_root",
+         {"sglang_service_extra_directives": {"Service": {"ExecStartPre": "+/bin/touch /pwned"}}},
+         ["sglang_service_extra_directives['Service']: ExecStartPre is not accepted"]),
     Case("server_command_not_absolute", {"sglang_server_command": "python -m sglang.launch_server"},
          ["sglang_server_command=python -m sglang.launch_server", "absolute program path"]),
     Case("pre_restart_hook_missing", {"sglang_pre_restart_tasks": "/nonexistent/drain.yml"},
