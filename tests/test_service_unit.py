@@ -32,12 +32,12 @@ GPU_UNSAFE = ("MemoryDenyWriteExecute", "PrivateDevices", "DevicePolicy", "Devic
 
 def test_a_valid_dict_of_sections_passes_and_renders_one_line_per_value():
     extra = {"Service": {"LimitNPROC": 65536, "DeviceAllow": ["char-infiniband_verbs rw", "/dev/infiniband/rdma_cm rw"],
-                         "SendSIGKILL": True, "ReadOnlyPaths": ""},
+                         "SendSIGKILL": True, "InaccessiblePaths": ""},
              "Unit": {"After": "nvidia-persistenced.service"}}
     assert svc.validate_extra_directives(extra) == []
     assert svc.directive_lines(extra, "Service") == [
         "LimitNPROC=65536", "DeviceAllow=char-infiniband_verbs rw", "DeviceAllow=/dev/infiniband/rdma_cm rw",
-        "SendSIGKILL=yes", "ReadOnlyPaths="]
+        "SendSIGKILL=yes", "InaccessiblePaths="]
     assert svc.directive_lines(extra, "Unit") == ["After=nvidia-persistenced.service"]
     assert svc.directive_lines(extra, "Install") == []
     assert svc.validate_extra_directives({}) == [] and svc.directive_lines({}, "Service") == []
@@ -78,6 +78,7 @@ def test_a_valid_dict_of_sections_passes_and_renders_one_line_per_value():
     ({"Unit": {"StartLimitAction": "reboot-force"}}, "StartLimitAction is not accepted"),
     ({"Unit": {"LimitNPROC": 1}}, "Accepted in [Unit]: "),
     ({"Install": {"Also": "debug-shell.service"}}, "Also is not accepted"),
+    ({"Service": {"ReadOnlyPaths": ["/data", ""]}}, "would reset the role's own ReadOnlyPaths"),
 ])
 def test_bad_extra_directives_are_refused_naming_the_variable_and_the_value(value, needle):
     errors = svc.validate_extra_directives(value)

@@ -142,6 +142,10 @@ def _directive_errors(where: str, section: str, key: Any, val: Any) -> List[str]
                 " [%s]: %s." % (where, key, section, ", ".join(sorted(ALLOWED.get(section, ()))))]
     items = val if isinstance(val, list) else [val]
     errors = []  # type: List[str]
+    if key == "ReadOnlyPaths" and any(render_value(i).strip() == "" for i in items if _is_scalar(i)):
+        # An empty assignment resets the list: the models would lose the role's own ReadOnlyPaths.
+        errors.append("%s[%r] has an empty value, which would reset the role's own ReadOnlyPaths (the models); "
+                      "give only paths to add." % (where, key))
     for pos, item in enumerate(items):
         at = "%s[%r]%s" % (where, key, "[%d]" % pos if isinstance(val, list) else "")
         if not _is_scalar(item):
