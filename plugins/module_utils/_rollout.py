@@ -121,9 +121,9 @@ def lease_break_errors(limit: Any, target: Any, hosts: Sequence[str], confirmed:
         items = value if isinstance(value, (list, tuple)) else re.split(r"[,:]", str(value or ""))
         wild = [str(i).strip() for i in items if _EVERY_HOST.match(str(i).strip())]
         if wild:
+            shown = value if isinstance(value, str) else list(value)
             errors.append("%s=%s selects every host (%s): a lease break names the hosts whose run is known to be "
-                          "gone (--limit gpu-17,gpu-18)" % (var, value if isinstance(value, str) else list(value),
-                                                             ", ".join(wild)))
+                          "gone (--limit gpu-17,gpu-18)" % (var, shown, ", ".join(wild)))
     number = _count(confirmed)
     if isinstance(confirmed, bool) or number is None or number[1] or number[0] < 1:
         errors.append("sglang_lease_break_hosts=%r: the number of hosts whose leases to break, a whole number of at "
