@@ -349,9 +349,7 @@ def build_image(suite: str, runner: Runner = run) -> None:
 def build_images(suites: Sequence[str], runner: Runner = run) -> None:
     """Build these suites' images side by side: a debootstrap is mostly one core's dpkg and the
     network's wait, so on a new machine two of them in parallel take the wall time of one."""
-    if len(suites) <= 1:
-        for suite in suites:
-            build_image(suite, runner)
+    if not suites:
         return
     with ThreadPoolExecutor(max_workers=len(suites), thread_name_prefix="testbed-build") as pool:
         # Every build runs to its end; the first failure, in the given order, is raised.

@@ -627,9 +627,7 @@ class CallbackModule(CallbackBase):
         text_json = json.dumps(plain(doc), indent=2, sort_keys=False) + "\n"
         text_md = render_markdown(doc)
         try:
-            # Private: a report names every host, its release, hashes and errors. The folders this
-            # callback makes are 0700 (the report directory, runs/, each run's, latest/), the files
-            # 0600; a folder that exists keeps the mode its owner gave it.
+            # Private (REPORT_*_MODE; a folder that exists keeps its mode).
             for d in (self.base_dir, os.path.join(self.base_dir, "runs")):
                 os.makedirs(d, mode=REPORT_DIR_MODE, exist_ok=True)
             for d in (self.run_dir, os.path.join(self.base_dir, "latest")):

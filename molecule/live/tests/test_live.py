@@ -32,7 +32,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from scenario_helpers import PROJECT, Run, run_playbook, sha256, starts, _quote  # noqa: E402
+from scenario_helpers import PROJECT, Run, run_playbook, server_info, sha256, starts, _quote  # noqa: E402
 
 sys.path.insert(0, str(PROJECT / "testbed"))
 import testbed  # noqa: E402
@@ -193,8 +193,7 @@ def test_systemd_expands_nothing_in_the_servers_arguments(host):
     assert not any(token in arg for arg in argv), argv
     environ = host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid).splitlines()
     assert "HF_TOKEN=%s" % token in environ
-    info = json.loads(host.check_output("python3 -c \"import urllib.request; print(urllib.request.urlopen("
-                                        "'http://127.0.0.1:30000/get_server_info', timeout=30).read().decode())\""))
+    info = server_info(host)
     assert info["served_model_name"] == "deepseek-v3-${HF_TOKEN}"
     # Run from root's /, not from the service user's writable home (the unit the running server was started
     # from: reading /proc/<pid>/cwd of another user's process takes CAP_SYS_PTRACE, which no container here has).
