@@ -44,7 +44,7 @@ VERSION = "0.5.9"
 # What the converge reads, as paths relative to the repository (directories whole).
 INPUTS: tuple[str, ...] = (
     "roles", "plugins", "files", "galaxy.yml", "meta/runtime.yml", "playbooks/testbed-prepare.yml",
-    "molecule/default/converge.yml", "inventory/demo/group_vars", "requirements/controller.lock",
+    "playbooks/library", "molecule/default/converge.yml", "inventory/demo/group_vars", "requirements/controller.lock",
     "collections/.stamp", "testbed/converged.py",
 )
 PREPARE = REPO / "playbooks" / "testbed-prepare.yml"
@@ -138,7 +138,7 @@ def build(suite: str, wheelhouse: Path, digest: str, prefix: str, runner: testbe
     started = time.monotonic()
     runner(["docker", "rm", "-f", name], check=False)
     testbed.log(f"converging {name} with the role for {tag(suite)} (log: {log})")
-    runner(["docker", "run", "-d", "--name", name, "--hostname", name, *testbed.SYSTEMD_RUN_FLAGS,
+    runner(["docker", "run", "-d", "--name", name, "--hostname", name, *testbed.container_flags(),
             testbed.image_tag(suite), "/lib/systemd/systemd"])
     try:
         testbed.wait_booted([name], runner)

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Sequence
 
+import testbed
+
 # Keys that say nothing about ``docker run`` (Molecule's inventory reads groups; the image is
 # pre-built, never pulled or built here).
 IGNORED = {"groups", "pre_build_image", "children"}
@@ -33,8 +35,9 @@ class PlatformError(ValueError):
     """A platform this module cannot create as Molecule would."""
 
 
-def run_args(platform: Mapping[str, Any], scenario: str = "") -> List[str]:
-    """The ``docker run`` argv of one platform (detached, named, hostname as its name)."""
+def run_args(platform: Mapping[str, Any], scenario: str = "", extra: Sequence[str] = ()) -> List[str]:
+    """The ``docker run`` argv of one platform (detached, named, hostname as its name), with
+    ``extra`` flags before the image."""
     name = platform.get("name")
     if not name:
         raise PlatformError("a platform has no name: %r" % (platform,))
@@ -71,6 +74,7 @@ def run_args(platform: Mapping[str, Any], scenario: str = "") -> List[str]:
     argv += [a for k, v in sorted(labels.items()) for a in ("--label", "%s=%s" % (k, v))]
     if not platform.get("image"):
         raise PlatformError("platform %s has no image" % name)
+    argv += list(extra)
     argv.append(platform["image"])
     command = platform.get("command")
     if command:
@@ -88,7 +92,9 @@ def existing(names: Sequence[str]) -> List[str]:
 def create(platforms: Sequence[Mapping[str, Any]], scenario: str = "") -> List[str]:
     """Start every platform's container together; a container of that name already there is kept
     (Molecule's create is idempotent too). Fails naming each container that did not start."""
-    argvs = {p["name"]: run_args(p, scenario) for p in platforms}
+    # Every test-bed container carries the test bed's mark (testbed.mark_flags).
+    mark = testbed.mark_flags()
+    argvs = {p["name"]: run_args(p, scenario, mark) for p in platforms}
     there = set(existing(list(argvs)))
     procs = {name: subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for name, argv in argvs.items() if name not in there}

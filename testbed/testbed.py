@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import fcntl
 import hashlib
+import importlib.util
 import os
 import secrets
 import shutil
@@ -128,6 +129,39 @@ SYSTEMD_RUN_FLAGS: tuple[str, ...] = (
     "--tmpfs", "/run/lock",
     "--stop-signal", "SIGRTMIN+3",
 )
+
+# The test bed's mark (plugins/module_utils/_testbed.py, the one rule): every container the test
+# bed creates gets it as a read-only file, so that testbed-prepare.yml, the test double and the
+# gates know they are on a disposable container. No image carries it: a container of an image
+# run by hand, or a real host, does not.
+MARK_SOURCE = Path(__file__).resolve().parents[1] / ".cache" / "testbed" / "mark"
+MARK_RULE = Path(__file__).resolve().parents[1] / "plugins" / "module_utils" / "_testbed.py"
+
+
+def mark_rule():
+    """plugins/module_utils/_testbed.py, loaded by path (it imports nothing from the collection)."""
+    spec = importlib.util.spec_from_file_location("_sglang_testbed_mark", MARK_RULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mark_flags(source: Path = MARK_SOURCE) -> list[str]:
+    """``docker run`` flags that mount the mark read-only at its path (written first, when it differs)."""
+    rule = mark_rule()
+    if not source.is_file() or source.read_text() != rule.MARK_TEXT:
+        source.parent.mkdir(parents=True, exist_ok=True)
+        tmp = source.with_name(source.name + ".%d.tmp" % os.getpid())
+        tmp.write_text(rule.MARK_TEXT)
+        tmp.chmod(0o644)
+        tmp.replace(source)
+    return ["-v", f"{source}:{rule.MARK_PATH}:ro"]
+
+
+def container_flags() -> list[str]:
+    """What every systemd container of the test bed is started with: the systemd flags and the mark."""
+    return [*SYSTEMD_RUN_FLAGS, *mark_flags()]
+
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -787,7 +821,7 @@ def fleet_up(prefix: str, count: int, suite: str, inventory: Path | None, group:
         # sshd is published on 127.0.0.1 only, on a port docker picks.
         publish = ["-p", "127.0.0.1::22"] if connection == "ssh" else []
         runner(["docker", "run", "-d", "--name", name, "--hostname", name,
-                "--label", f"{FLEET_LABEL}={prefix}", *publish, *SYSTEMD_RUN_FLAGS,
+                "--label", f"{FLEET_LABEL}={prefix}", *publish, *container_flags(),
                 image_tag(suite), "/lib/systemd/systemd"])
     for name in start:
         runner(["docker", "start", name])

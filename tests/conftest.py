@@ -3,6 +3,7 @@ templates, and the one harness that runs a module as Ansible runs it (run_module
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -10,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -36,12 +38,35 @@ COLLECTION = "fleetops.sglang"
 # the collection's name, from this collections path.
 COLLECTIONS_PATH = checkout.importable()
 
+# The test bed's mark (plugins/module_utils/_testbed.py) under a root of the session's own: this
+# machine is no test-bed container, and the double (SGLANG_TEST_DOUBLE_MARK_ROOT) and the modules
+# run by run_module (the launcher sets _testbed.ROOT from the same variable) look there. A test of
+# an unmarked host passes another root (unmarked_root).
+sys.path.insert(0, str(MODULE_UTILS_DIR))
+import _testbed as TESTBED_MARK  # noqa: E402
+sys.path.remove(str(MODULE_UTILS_DIR))
+
+
+def marked_root(root: Path) -> Path:
+    """A directory that is a marked test-bed container's root, as the rule reads it."""
+    (root / "etc").mkdir(parents=True, exist_ok=True)
+    (root / ".dockerenv").write_text("")
+    (root / TESTBED_MARK.MARK_PATH.lstrip("/")).write_text(TESTBED_MARK.MARK_TEXT)
+    return root
+
+
+MARK_ROOT = marked_root(Path(tempfile.mkdtemp(prefix="sglang-test-mark-")))
+atexit.register(shutil.rmtree, str(MARK_ROOT), True)
+os.environ["SGLANG_TEST_DOUBLE_MARK_ROOT"] = str(MARK_ROOT)
+
 # Run a module file as __main__ the way AnsiballZ does on a host: its
 # ansible_collections.fleetops.sglang.plugins.module_utils imports resolve from
 # the collections path given as argv[1].
 LAUNCHER = """
-import runpy, sys
+import os, runpy, sys
 sys.path.insert(0, sys.argv[1])
+from ansible_collections.fleetops.sglang.plugins.module_utils import _testbed
+_testbed.ROOT = os.environ.get("SGLANG_TEST_DOUBLE_MARK_ROOT") or _testbed.ROOT
 module = sys.argv[2]
 sys.argv = [module, sys.argv[3]]
 runpy.run_path(module, run_name="__main__")
@@ -64,14 +89,16 @@ def fake_systemctl(root: Path, active: bool) -> str:
 
 
 def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active: bool = True,
-               check_mode: bool = False, diff: bool = False, timeout: int = 600) -> Tuple[int, Dict[str, Any]]:
+               check_mode: bool = False, diff: bool = False, timeout: int = 600,
+               env: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
     """Run a module file as Ansible runs it on a host; return (exit status, the JSON it printed).
 
     A separate process reads its arguments from a file (AnsiballZ's ANSIBLE_MODULE_ARGS) and
     imports its module_utils by the collection's name from COLLECTIONS_PATH, so exit_json and
     fail_json behave as on a host. ``systemctl`` on its PATH is a stub whose is-active answers
     ``active``: no module test reaches this machine's services. ``check_mode`` and ``diff``
-    set _ansible_check_mode and _ansible_diff, unless ``args`` sets them itself.
+    set _ansible_check_mode and _ansible_diff, unless ``args`` sets them itself. ``env`` adds to
+    its environment (SGLANG_TEST_DOUBLE_MARK_ROOT: the root the test bed's mark is read under).
     """
     module = Path(module)
     payload = dict(args)
@@ -81,7 +108,7 @@ def run_module(module: Union[str, Path], tmp: Path, args: Dict[str, Any], active
         payload.setdefault("_ansible_diff", True)
     args_file = tmp / ("args-%s.json" % module.stem)
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
-    env = dict(os.environ, PATH=fake_systemctl(tmp, active))
+    env = dict(os.environ, **(env or {}), PATH=fake_systemctl(tmp, active))
     proc = subprocess.run([sys.executable, "-c", LAUNCHER, str(COLLECTIONS_PATH), str(module), str(args_file)],
                           capture_output=True, text=True, timeout=timeout, env=env)
     try:
@@ -96,6 +123,9 @@ from double_harness import PRISTINE_059_SHA256, WHEEL_CACHE, Double  # noqa: E40
 # The engine, one module per concern, imported by the collection's name as a
 # module on a host imports it.
 from ansible_collections.fleetops.sglang.plugins.module_utils import _distribution as DIST  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _testbed as _COLLECTION_MARK  # noqa: E402
+# In-process callers of the engine (the live reading's pure tests) look under the session's marked root too.
+_COLLECTION_MARK.ROOT = str(MARK_ROOT)
 from ansible_collections.fleetops.sglang.plugins.module_utils import _eagle3 as E  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio as FILEIO  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _hunks as HUNKS  # noqa: E402

@@ -33,7 +33,7 @@ def role_vars() -> dict:
     """The role's defaults, its vars and the demo fleet's group_vars, loaded as Ansible loads them (trusted)."""
     loader = DataLoader()
     values: dict = {}
-    for path in (ROLE / "defaults" / "main.yml", REPO / "inventory" / "demo" / "group_vars" / "sglang.yml",
+    for path in (ROLE / "defaults" / "main.yml", REPO / "inventory" / "demo" / "group_vars" / "sglang_demo.yml",
                  ROLE / "vars" / "main.yml"):
         values.update(loader.load_from_file(str(path), trusted_as_template=True) or {})
     values.update(sglang_venv="/opt/sglang/venv", role_path=str(ROLE), ansible_search_path=[str(ROLE)],

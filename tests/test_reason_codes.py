@@ -40,7 +40,7 @@ CLASS_CODES = {
     "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry",
     "running_server": "server.differs server.fingerprint_differs server.fingerprint_unreadable server.not_recorded "
                       "server.inactive",
-    "live_settings": "live.settings_differ",
+    "live_settings": "live.settings_differ live.test_double",
     "live_accept_length": "live.accept_length_low",
     "live_unavailable": "live.unavailable live.probe_failed",
     "live_auth": "live.auth_refused live.auth_missing",

@@ -62,6 +62,8 @@ surface stays SGLang's:
                                      and --config file's, as a server given
                                      another key by something the role does
                                      not manage (a drop-in, a hand edit)
+  SGLANG_TEST_DOUBLE_MARK_ROOT       the directory the test bed's mark is looked up
+                                     under (default /; the unit tests' own root)
   SGLANG_TEST_DOUBLE_RUN_SETTINGS    "name=value,...": the resolved settings it
                                      runs and reports instead of its flags'
                                      (speculative_num_steps,
@@ -91,6 +93,7 @@ import copy
 import functools
 import hmac
 import glob
+import importlib.util
 import json
 import logging
 import os
@@ -121,6 +124,10 @@ ENV_FORWARD_HARNESS = "SGLANG_TEST_DOUBLE_FORWARD_HARNESS"
 ENV_EXIT_AT_START = "SGLANG_TEST_DOUBLE_EXIT_AT_START"
 ENV_RUN_SETTINGS = "SGLANG_TEST_DOUBLE_RUN_SETTINGS"
 ENV_API_KEY = "SGLANG_TEST_DOUBLE_API_KEY"
+ENV_MARK_ROOT = "SGLANG_TEST_DOUBLE_MARK_ROOT"
+# The test bed's mark rule (plugins/module_utils/_testbed.py): installed beside this file by
+# playbooks/testbed-prepare.yml; in a checkout, where the collection keeps it.
+MARK_RULE_PLACES = ("_testbed.py", os.path.join("..", "..", "plugins", "module_utils", "_testbed.py"))
 # Routes SGLang leaves open when the server has a key (prefixes; decide_request_auth).
 OPEN_ROUTES = ("/health", "/metrics")
 # The settings SGLANG_TEST_DOUBLE_RUN_SETTINGS may rewrite (what SGLang itself rewrites silently).
@@ -1607,6 +1614,20 @@ def rewritten_params(params: "SpecParams", spec: str) -> "SpecParams":
     return dataclasses_replace(params, **fields)
 
 
+def testbed_mark_problem(environ: typing.Mapping[str, str]) -> str:
+    """Why this host is not a marked test-bed container ("" when it is): the collection's one rule,
+    loaded from beside this file (or the checkout's plugins/module_utils)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for place in MARK_RULE_PLACES:
+        path = os.path.normpath(os.path.join(here, place))
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("_sglang_testbed_mark", path)
+            rule = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(rule)
+            return rule.mark_problem(environ.get(ENV_MARK_ROOT) or "")
+    return "the mark's rule (_testbed.py) is neither beside the double nor in a checkout"
+
+
 def append_start_log(path: str, started: float, healthy: float) -> None:
     """One line per healthy start; fleet tests use it to prove batches don't overlap."""
     with open(path, "a", encoding="utf-8") as fh:
@@ -1622,6 +1643,12 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     level = getattr(logging, str(args.log_level).upper(), logging.INFO)
     logging.basicConfig(stream=sys.stdout, level=level, format="[%(asctime)s] [test-double] %(levelname)s %(message)s")
     LOG.warning("THIS IS THE SGLANG TEST DOUBLE, NOT SGLANG: no model is loaded")
+    unmarked = testbed_mark_problem(environ)
+    if unmarked:
+        # A double that reached a real host must never serve there, let alone pass a gate.
+        LOG.error("refusing to start: this host is not a test-bed container (%s); the test double runs only "
+                  "on the containers the test bed creates", unmarked)
+        return 1
 
     if environ.get(ENV_EXIT_AT_START) == "1":
         LOG.error("%s=1: exiting at once, as a server whose launch fails", ENV_EXIT_AT_START)

@@ -39,6 +39,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import _testbed
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import codes, failure_class, finding
 
 # The speculative settings a server reports, compared with the rendered flags.
@@ -242,6 +243,20 @@ GATE_SETTINGS = ("speculative_algorithm", "speculative_num_steps", "speculative_
                  "speculative_num_draft_tokens")
 
 
+def test_double_finding(info: Any) -> Optional[Dict[str, str]]:
+    """A server that identifies as the test double (its server info's ``test_double``, which no
+    SGLang release has) on a host that is not a marked test-bed container (_testbed): it must never
+    pass a gate or an audit there. None otherwise."""
+    if not isinstance(info, dict) or "test_double" not in info:
+        return None
+    why = _testbed.mark_problem()
+    if not why:
+        return None
+    return finding("live.test_double", "live: the server is the SGLang test double, not SGLang, and this host is "
+                   "not a test-bed container (%s): the test bed reached a real host; remove the double and "
+                   "check sglang_server_command" % why)
+
+
 def gate_failures(info: Dict[str, Any], expected: Dict[str, Any], accept_length: Optional[float],
                   accept_length_min: float) -> List[Dict[str, str]]:
     """Why a restarted server fails its gate, as findings; empty when it passes (then its fingerprint
@@ -253,6 +268,9 @@ def gate_failures(info: Dict[str, Any], expected: Dict[str, Any], accept_length:
     ``accept_length_min`` > 0 also holds the measured accept length to it.
     """
     failures: List[Dict[str, str]] = []
+    double = test_double_finding(info)
+    if double:
+        failures.append(double)
     have = {name: info.get(name) for name in ("version",) + GATE_SETTINGS}
     held = [name for name in GATE_SETTINGS if name in expected]
 
@@ -305,6 +323,9 @@ def judge(info: Optional[Dict[str, Any]], endpoint: str, error: str, answers: Se
         reading["reasons"].append(finding("live.unavailable", "live: server info unavailable (%s)" % error))
         return _classified(reading)
     reading["read"] = True
+    double = test_double_finding(info)
+    if double:
+        reading["reasons"].append(double)
     reading["settings"] = running_settings(info)
     diffs, notes = settings_differences(reading["settings"], expected)
     reading["notes"] += notes

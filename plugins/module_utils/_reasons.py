@@ -47,6 +47,8 @@ REASONS = {
     "server.inactive": "running_server",
     # What the running server itself shows (the live reading, the gate).
     "live.settings_differ": "live_settings",
+    # The SGLang test double serving where the test bed's mark is not (_testbed, _live).
+    "live.test_double": "live_settings",
     "live.accept_length_low": "live_accept_length",
     "live.unavailable": "live_unavailable",
     "live.probe_failed": "live_unavailable",

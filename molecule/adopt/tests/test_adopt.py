@@ -9,7 +9,11 @@ tool. The tests run in file order and build on each other:
 2. the server restarted by hand with one more flag (a runtime drop-in, then gone from disk),
    record taken away again: remediate restarts it exactly once, on the unit's own command;
 3. the host known to be out (group sglang_maintenance, or sglang_skip_hosts): remediate with a
-   change pending and audit leave it alone, and the report says ``skipped (maintenance)``.
+   change pending and audit leave it alone, and the report says ``skipped (maintenance)``;
+4. the test bed's mark taken away (plugins/module_utils/_testbed.py), as on a real host the test
+   bed reached: the audit's live reading refuses the test double that serves there
+   (``live.test_double``), testbed-prepare.yml refuses the host before it writes anything, and the
+   installed double refuses to start.
 """
 from __future__ import annotations
 
@@ -25,9 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import PROJECT, UNIT, Run, _quote, run_playbook, starts, wait_until  # noqa: E402
 
-DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 REMEDIATE = PROJECT / "playbooks" / "remediate.yml"
 AUDIT = PROJECT / "playbooks" / "audit.yml"
+PREPARE = PROJECT / "playbooks" / "testbed-prepare.yml"
+MARK = "/etc/sglang-testbed"
 RECORD = "/var/lib/sglang-remediation/running.json"
 DROP_IN = "/run/systemd/system/sglang.service.d/by-hand.conf"
 REPORTS = Path(tempfile.mkdtemp(prefix="adopt-reports-"))
@@ -102,3 +108,27 @@ def test_a_host_known_to_be_out_is_left_alone_and_reported_skipped(host, tmp_pat
         assert result.rc == 0, result.tail(80)
         assert row["status"] == "skipped (maintenance)", row
     assert host.file(UNIT).content_string == unit and main_pid(host) == pid and starts(host) == before
+
+
+def test_without_the_test_beds_mark_the_audit_prepare_and_the_double_refuse(host):
+    wait_until(lambda: healthy(host), 60, "the server")
+    # The test bed mounts its mark read-only into every container it creates; taken away, the
+    # container is as a real host: the image holds no mark (an empty mount point at most).
+    assert "disposable test container" in host.file(MARK).content_string
+    host.check_output("umount %s" % MARK)
+    assert "disposable test container" not in (host.file(MARK).content_string if host.file(MARK).exists else "")
+    pid, before = main_pid(host), starts(host)
+    result, row = run(AUDIT)
+    assert result.rc != 0, result.tail(80)
+    codes = [f["code"] for f in row["drift"]]
+    assert "live.test_double" in codes, row
+    assert "test-bed container" in json.dumps(row["drift"]), row
+    result = run_playbook(PREPARE)
+    assert result.rc != 0 and result.changed() == 0, result.tail(60)
+    # Refused by its first task after the boot wait: no task that writes ran.
+    assert "not a test-bed container" in result.output and "Create the model directories" not in result.output
+    double = host.run("cd / && /opt/sglang/venv/bin/python /usr/local/lib/sglang-test-double/sglang_test_double.py "
+                      "--model-path /models/DeepSeek-V3 --port 30099")
+    assert double.rc == 1 and "refusing to start: this host is not a test-bed container" in double.stdout, double
+    # The audit changed nothing: the double that was running still runs, not restarted.
+    assert main_pid(host) == pid and starts(host) == before

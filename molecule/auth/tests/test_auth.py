@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import PROJECT, UNIT, Run, _quote, run_playbook, sha256, starts, wait_until  # noqa: E402
 
-DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
 REMEDIATE = PROJECT / "playbooks" / "remediate.yml"
 AUDIT = PROJECT / "playbooks" / "audit.yml"

@@ -51,7 +51,7 @@ def installed(tmp_path_factory):
                         collections / "ansible_collections" / name, symlinks=True)
     work = root / "work"
     work.mkdir()
-    group_vars = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
+    group_vars = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
     group_vars["sglang_wheelhouse"] = str(PROJECT / ".cache" / "wheelhouse")
     host_vars = {"ansible_connection": "community.docker.docker", "ansible_python_interpreter": "/usr/bin/python3",
                  "ansible_become": False}

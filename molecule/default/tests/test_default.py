@@ -13,7 +13,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from scenario_helpers import PROJECT, run_playbook  # noqa: E402
 
-DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 ENV_FILE = "/etc/sglang/sglang.env"
 CHANGES = "/var/lib/sglang-remediation/changes"
 # Everywhere on the host the role, the server or systemd could write a token.

@@ -42,7 +42,7 @@ def test_the_converged_host_reached_over_ssh_with_password_sudo_changes_nothing(
     (INVENTORY / "group_vars").mkdir(exist_ok=True)
     link = INVENTORY / "group_vars" / "sglang.yml"
     if not link.exists():
-        link.symlink_to(PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml")
+        link.symlink_to(PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml")
     before = starts(NAME)
     rerun = remediate("rerun", args=["-v"])
     assert rerun.rc == 0 and rerun.changed() == 0, rerun.tail(120)

@@ -45,7 +45,7 @@ def test_the_install_was_hash_checked(host):
 def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_service(host):
     """playbooks/rollback.yml with sglang_service_manage=false (its last test: it undoes the build):
     the draft config and the patched file go back, and no unit, server or daemon reload is involved."""
-    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
     minor = host.check_output("python3 -c 'import sys; print(sys.version_info.minor)'")
     back = run_playbook(PROJECT / "playbooks" / "rollback.yml", extra_vars=dict(demo, sglang_service_manage=False),
                         env={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})

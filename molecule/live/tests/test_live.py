@@ -43,7 +43,7 @@ from alert_chain import wait_until  # noqa: E402
 
 AUDIT = PROJECT / "playbooks" / "audit.yml"
 REMEDIATE = PROJECT / "playbooks" / "remediate.yml"
-VARS = ["-e", "@" + str(PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"),
+VARS = ["-e", "@" + str(PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"),
         "-e", "@" + str(PROJECT / "molecule" / "live" / "vars" / "live.yml")]
 TEXTFILE = "/var/lib/prometheus/node-exporter/sglang_remediation.prom"
 METRICS_STATE = "/var/lib/sglang-remediation/metrics-state.json"

@@ -33,7 +33,7 @@ from scenario_helpers import PROJECT, STARTS_LOG, awx_slices  # noqa: E402
 PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
 DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
 WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "slicing"
-DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
 REMEDIATE = PROJECT / "remediate.yml"
 MERGE = PROJECT / "playbooks" / "report_merge.yml"

@@ -320,7 +320,7 @@ def private_data_dir(image: str) -> Path:
     group["vars"]["ansible_ssh_common_args"] = "-o UserKnownHostsFile=/runner/inventory/known_hosts"
     group["vars"]["ansible_control_path_dir"] = "/tmp/cp"
     (pdd / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inv))
-    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text())
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
     for wheel in (PROJECT / ".cache" / "wheelhouse").glob("sglang-%s-*.whl" % demo["sglang_version"]):
         shutil_copy(wheel, pdd / "wheelhouse" / wheel.name)
     demo["sglang_wheelhouse"] = "/runner/wheelhouse"
