@@ -146,6 +146,29 @@ def test_an_upgrade_that_failed_puts_the_previous_release_and_its_patch_back(tmp
     assert site_file(venv, DEEPSEEK_FILE).read_bytes() == patched_059
 
 
+def test_a_reinstall_from_an_index_reads_it_from_pips_config_never_from_argv(tmp_path, make_venv, release_tree):
+    """The index URL may hold credentials: the change set records pip's environment (the 0600 config
+    file's path), and the reinstall gets it in pip's environment; no URL is in argv or the manifest."""
+    venv = make_venv("0.5.9")
+    pip_conf = {"PIP_CONFIG_FILE": str(tmp_path / "state" / "pip.conf")}
+    opened = open_for(tmp_path, venv, layout(tmp_path), pip={"args": ["--no-deps"], "environment": pip_conf})
+    shutil.rmtree(venv)
+    shutil.copytree(release_tree("0.5.12.post1"), venv)
+    calls = []
+
+    def pip(argv, environ_update=None):
+        calls.append((argv, environ_update))
+        shutil.rmtree(venv)
+        shutil.copytree(release_tree("0.5.9"), venv)
+        return 0, "", ""
+
+    CS.restore_set(opened["dir"], pip)
+    assert calls == [([str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+                       "--no-deps", "sglang==0.5.9"], pip_conf)]
+    manifest = (Path(opened["dir"]) / "manifest.json").read_text()
+    assert "://" not in manifest and "pip.conf" in manifest
+
+
 def test_a_reinstall_that_fails_says_what_is_in_place(tmp_path, make_venv, release_tree):
     venv = make_venv("0.5.9")
     files = layout(tmp_path)

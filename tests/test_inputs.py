@@ -45,7 +45,7 @@ def test_the_defaults_pass():
 
 def test_the_demo_fleet_passes(tmp_path):
     values = defaults()
-    values.update(yaml.safe_load((REPO / "inventory" / "demo" / "group_vars" / "sglang.yml").read_text()))
+    values.update(yaml.safe_load((REPO / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text()))
     wheels = tmp_path / "wheelhouse"
     wheels.mkdir()
     (wheels / "sglang-0.5.9-py3-none-any.whl").write_bytes(b"")
@@ -322,6 +322,20 @@ def test_pip_inputs(tmp_path):
     assert errors(sglang_pip_index_url="https://mirror.internal/simple") == []
     refused("sglang_pip_extra_args", "--pre", "not a list")
     refused("sglang_extra_args", [["--x"]], "sglang_extra_args[0]")
+    # Credentials: an index URL may hold them (pip reads it from a 0600 config file); no message shows them.
+    assert errors(sglang_pip_index_url="https://bot:t0ken@mirror.internal/simple") == []
+    text = refused("sglang_pip_index_url", "https://bot:t0ken@mirror.internal/ simple", "index URL")
+    assert "t0ken" not in text and "https://***@mirror.internal/ simple" in text
+    # ... but pip's arguments are everyone's to read: a URL with credentials there is refused, without them shown.
+    for arg in ("https://bot:t0ken@mirror.internal/simple", "--extra-index-url=http://t0ken@m.internal/s",
+                "git+https://bot:t0ken@git.internal/x.git"):
+        text = refused("sglang_pip_extra_args", ["--pre", arg], "sglang_pip_extra_args[1]", "credentials",
+                       "sglang_pip_index_url", "~/.netrc")
+        assert "t0ken" not in text, text
+    assert errors(sglang_pip_extra_args=["--extra-index-url", "https://mirror.internal/simple",
+                                         "--trusted-host", "mirror.internal"]) == []
+    text = refused("sglang_pip_extra_args", ["https://bot:t0ken@m/s", 3], "sglang_pip_extra_args[1]", "not a string")
+    assert "t0ken" not in text
 
 
 def test_wheelhouse(tmp_path):

@@ -324,7 +324,10 @@ def _reinstall(entry: Dict[str, Any], run_command: RunCommand, check_mode: bool)
         argv.append("sglang==%s" % entry["version"])
     if check_mode:
         return "sglang %s would be reinstalled in %s" % (entry["version"], entry["venv"])
-    rc, out, err = run_command(argv)
+    # pip's environment as the install task's: PIP_CONFIG_FILE names the 0600 file with the index
+    # (its URL may hold credentials, so it is never in argv or in this manifest).
+    environment = {str(k): str(v) for k, v in (pip.get("environment") or {}).items()}
+    rc, out, err = run_command(argv, environ_update=environment) if environment else run_command(argv)
     if rc != 0:
         raise RestoreError("could not put sglang %s back into %s (pip exited %d: %s); the SGLang files were"
                            " left as the failed run's release has them, pristine"

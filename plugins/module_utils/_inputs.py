@@ -36,6 +36,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_rules impo
     check_hook,
     check_host,
     check_index_url,
+    check_pip_extra_args,
     check_install_source,
     check_layer_ids,
     check_live_requests,
@@ -62,7 +63,6 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_values imp
     check_choice,
     check_int_range,
     check_path,
-    check_str_list,
     control_characters,
     message,
 )
@@ -83,7 +83,8 @@ VARIABLES: Dict[str, Variable] = {
                                          check_path(_UNIT_PATH + _OWN_DIR, unit_safe=True, own_directory=True)),
     "sglang_pip_hashes": accepting("a list of sha256 hex digests (64 hex characters, no sha256: prefix)", check_hashes),
     "sglang_pip_no_deps": Variable(ACCEPTED_BOOL, check_bool),
-    "sglang_pip_extra_args": Variable("a list of strings, one item per argument", check_str_list),
+    "sglang_pip_extra_args": Variable("a list of strings, one item per argument, no URL with credentials",
+                                      check_pip_extra_args),
     "sglang_eagle3_layer_ids": Variable(
         "distinct ascending integers, -1 (the embedding output) only first, each at most num_hidden_layers - 2 "
         "of the target (the last layer's output is never captured)", check_layer_ids),

@@ -28,6 +28,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_values imp
     SGLANG_HEALTH_CHECK_SECONDS,
     SHA256_RE,
     UNIT_NAME_RE,
+    URL_CREDENTIALS_RE,
     URL_RE,
     VERSION_RE,
     as_int,
@@ -37,6 +38,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_values imp
     path_errors,
     shown,
     version_key,
+    without_credentials,
 )
 
 # --------------------------------------------------------------------------- #
@@ -76,8 +78,23 @@ def check_index_url(var: str, value: Any, _values: Mapping[str, Any], accepted: 
     if value == "":
         return []
     if not isinstance(value, str) or not URL_RE.match(value):
-        return [message(var, value, "is not an index URL", accepted)]
+        # The URL may hold credentials: the message shows it without them.
+        return [message(var, without_credentials(value) if isinstance(value, str) else value,
+                        "is not an index URL", accepted)]
     return []
+
+
+def check_pip_extra_args(var: str, value: Any, values: Mapping[str, Any]) -> List[str]:
+    """A list of strings, none holding a URL with credentials: pip's argv is readable by every local
+    user while it runs and lands in the run's logs (the module's invocation, the change set)."""
+    errors = check_str_list(var, value, values)
+    if errors:
+        return [without_credentials(e) for e in errors]
+    return ["%s[%d]=%s holds credentials (user:password@ in a URL); pip's arguments are readable by every local "
+            "user while it runs and land in the run's logs: give that index as sglang_pip_index_url (written to a "
+            "0600 pip configuration file, never to argv), or keep its credentials in root's ~/.netrc on the hosts."
+            % (var, pos, shown(without_credentials(item))) for pos, item in enumerate(value)
+            if URL_CREDENTIALS_RE.search(item)]
 
 
 def check_wheelhouse(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:

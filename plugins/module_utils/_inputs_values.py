@@ -32,6 +32,9 @@ UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,200}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SHA256_RE = re.compile(r"^[0-9a-fA-F]{64}$")
 URL_RE = re.compile(r"^(https?|file)://[^\s]+$")
+# The user information of a URL (scheme://user:password@host): credentials, never shown or put in argv.
+URL_CREDENTIALS_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s]+)@")
+
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                          r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
 # What Ansible's bool filter and argument spec take for true and false.
@@ -247,3 +250,8 @@ def check_choice(*choices: str) -> Callable[..., List[str]]:
             return [message(var, value, "is not a choice", "one of %s" % ", ".join(choices))]
         return []
     return check
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the user information of every URL in it replaced by ``***``."""
+    return URL_CREDENTIALS_RE.sub(r"\1***@", text)

@@ -72,7 +72,9 @@ options:
   pip:
     description:
       - How the release is installed, to put a previous one back - C(args), the pip arguments apart from the
-        requirement; C(requirement), the pinned requirement file when installs are hash-checked.
+        requirement; C(requirement), the pinned requirement file when installs are hash-checked;
+        C(environment), pip's environment (C(PIP_CONFIG_FILE), the 0600 file that holds the index URL, which
+        may hold credentials and is never an argument).
     type: dict
     default: {}
   dirs:

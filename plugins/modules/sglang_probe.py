@@ -162,6 +162,15 @@ options:
     type: list
     elements: str
     default: []
+  root_paths:
+    description:
+      - Paths whose code or data root runs or trusts, by the variable that names them (the venv, the interpreter
+        that creates it, the wheelhouse it installs from, the state directory). The probe fails, before it reads
+        or writes anything else, when one of them, or a directory above one, can be changed by someone else than
+        root (another owner, or write for others or a group other than root's); the message names the variable,
+        the directory and who can write it.
+    type: dict
+    default: {}
   flags_memo_file:
     description:
       - JSON file holding the release's flag table and the sha256 of every file it was read from;
@@ -725,6 +734,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import (
     changed_components, current_fingerprint, load_recorded, record, service_active)
 from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import get_layer_ids, same_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
+from ansible_collections.fleetops.sglang.plugins.module_utils._rootpaths import root_path_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
 
 SHORT = os.path.basename(DEEPSEEK_FILE)
@@ -996,6 +1006,7 @@ def main():
             extra_args=dict(type="list", elements="raw", default=[]),
             key_vars=dict(type="list", elements="str", default=[], no_log=False),
             flags_memo_file=dict(type="path"),
+            root_paths=dict(type="dict", default={}),
             live=dict(type="dict", options=dict(
                 url=dict(type="str", required=True),
                 expected=dict(type="dict", default={}),
@@ -1029,6 +1040,10 @@ def main():
         validate_layer_ids(module.params["layer_ids"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    # Before anything else is read or written: what root runs must be root's all the way down.
+    refused = root_path_errors({str(k): str(v) for k, v in module.params["root_paths"].items()})
+    if refused:
+        module.fail_json(msg="refused: " + " ".join(refused), errors=refused)
     params = dict(module.params, _check_mode=module.check_mode)
     try:
         result = probe(params, check_mode=module.check_mode, run_command=module.run_command,

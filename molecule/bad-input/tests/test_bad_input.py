@@ -157,6 +157,14 @@ CASES += [
     # The service user's writable home holding the code root installs and runs.
     Case("home_holding_the_venv", {"sglang_home": "/opt/sglang"},
          ["sglang_home=/opt/sglang", "holds sglang_venv=/opt/sglang/venv"]),
+    # host side: what root runs or trusts, under a directory someone else than root can change
+    Case("venv_under_a_directory_the_service_user_owns", {},
+         ["sglang_venv=/opt/sglang/venv lies under /opt/sglang, owned by sglang", "chown root:root"],
+         breaks="chown sglang /opt/sglang", restore="chown root /opt/sglang"),
+    Case("wheelhouse_under_a_directory_everyone_writes", {},
+         ["sglang_wheelhouse_remote=/var/cache/sglang/wheelhouse lies under /var/cache/sglang",
+          "writable by every user (mode 0777)"],
+         breaks="chmod 0777 /var/cache/sglang", restore="chmod 0755 /var/cache/sglang"),
     Case("extra_directive_running_a_command_as_root",
          {"sglang_service_extra_directives": {"Service": {"ExecStartPre": "+/bin/touch /pwned"}}},
          ["sglang_service_extra_directives['Service']: ExecStartPre is not accepted"]),

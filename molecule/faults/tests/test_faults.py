@@ -59,7 +59,7 @@ FAIL_HOOK = PROJECT / "molecule" / "faults" / "files" / "fail-hook.yml"
 REVERT_HOOK = PROJECT / "molecule" / "faults" / "files" / "revert-patch-hook.yml"
 DRAIN_HOOK = PROJECT / "examples" / "hooks" / "tasks" / "drain.yml"
 DRAIN_FLAG = "/var/lib/sglang/drained"
-DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang.yml"
+DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
 # The role's own default gate (the demo's is stricter): the mis-wiring cases are judged at it.
 DEFAULT_ACCEPT_MIN = yaml.safe_load((PROJECT / "roles" / "sglang" / "defaults" / "main.yml").read_text())[
@@ -593,6 +593,39 @@ def test_a_canary_that_fails_its_first_gate_serves_nothing_and_the_rollout_stops
 UNDRAIN_HOOK = PROJECT / "examples" / "hooks" / "tasks" / "undrain.yml"
 HOOKS = {"sglang_pre_restart_tasks": str(DRAIN_HOOK), "sglang_post_restart_tasks": str(UNDRAIN_HOOK)}
 INDEX = "/srv/sglang-index"
+# The index FROM_INDEX installs from: PEP 503 over HTTP on the host's loopback, behind basic auth, as
+# a private mirror is. Each request it answers records whether the password was in any process's
+# argv at that moment (pip's among them) and whether the request carried the credentials.
+INDEX_USER, INDEX_PASSWORD = "mirror-bot", "idx-s3cret-7f1c2e"
+INDEX_LOG = "/srv/index-requests.jsonl"
+INDEX_SERVER = r"""
+import base64, functools, http.server, json, os
+secret = open('/srv/index-secret').read().strip()
+user, password = secret.split(':', 1)
+expected = 'Basic ' + base64.b64encode(secret.encode()).decode()
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        leaks = []
+        for pid in filter(str.isdigit, os.listdir('/proc')):
+            try:
+                argv = open('/proc/%s/cmdline' % pid, 'rb').read()
+            except OSError:
+                continue
+            if password.encode() in argv:
+                leaks.append(argv.replace(b'\0', b' ').decode(errors='replace'))
+        authorized = self.headers.get('Authorization') == expected
+        with open('/srv/index-requests.jsonl', 'a') as fh:
+            fh.write(json.dumps({'path': self.path, 'authorized': authorized, 'argv_leaks': leaks}) + '
+')
+        if not authorized:
+            self.send_response(401)
+            self.send_header('WWW-Authenticate', 'Basic realm="mirror"')
+            self.end_headers()
+            return
+        super().do_GET()
+http.server.ThreadingHTTPServer(('127.0.0.1', 8081),
+                                functools.partial(Handler, directory='/srv/sglang-index')).serve_forever()
+"""
 REMEDIATE = PROJECT / "remediate.yml"
 # Converged hosts no other test uses after the recovery, at their case's clean state (FLAGS).
 LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX = host(23), host(24), host(25), host(28)
@@ -613,6 +646,14 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
         subprocess.run(["docker", "cp", str(wheel), "%s:%s/simple/sglang/" % (FROM_INDEX, INDEX)], check=True)
     sh(FROM_INDEX, "cd %s/simple/sglang && for w in *.whl; do echo \"<a href=\\\"$w\\\">$w</a>\"; done > index.html"
        % INDEX)
+    # Served over HTTP with basic auth; the credentials are given only in sglang_pip_index_url.
+    sh(FROM_INDEX, "printf '%%s' %s > /srv/index-secret && printf '%%s' %s > /srv/index-server.py && "
+       "systemd-run --unit sglang-test-index python3 /srv/index-server.py"
+       % (_quote("%s:%s" % (INDEX_USER, INDEX_PASSWORD)), _quote(INDEX_SERVER)))
+    wait_until(lambda: sh(FROM_INDEX, "python3 -c %s" % _quote(
+        "import urllib.request,urllib.error\ntry: urllib.request.urlopen('http://127.0.0.1:8081/simple/')\n"
+        "except urllib.error.HTTPError as e: print(e.code)"), check=False) == "401", 30, "the index on FROM_INDEX")
+    sh(FROM_INDEX, "rm -f %s" % INDEX_LOG)
     names = (LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX)
     before = {name: read(name) for name in names}
     hosts = {
@@ -621,7 +662,8 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
         NO_RESTART: dict(FLAGS, sglang_environment=change, sglang_restart_on_change=False,
                          sglang_metrics_textfile=False),
         NO_ADOPT: dict(FLAGS, sglang_adopt_running=False),
-        FROM_INDEX: dict(FLAGS, sglang_install_source="index", sglang_pip_index_url="file://%s/simple" % INDEX,
+        FROM_INDEX: dict(FLAGS, sglang_install_source="index",
+                         sglang_pip_index_url="http://%s:%s@127.0.0.1:8081/simple" % (INDEX_USER, INDEX_PASSWORD),
                          **UPGRADE),
     }
     for values in hosts.values():
@@ -673,6 +715,17 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     assert row["status"] == "changed" and row["compliant"] is True and row["release"] == "0.5.12.post1", row
     assert after[FROM_INDEX]["release"] == ["0.5.12.post1"]
     assert "0.5.12.post1" not in sh(FROM_INDEX, "ls /var/cache/sglang/wheelhouse")
+    # ... through pip's configuration, never its argv: the index saw the credentials on its requests,
+    # and at none of them was the password in any process's command line. It is in no output of the
+    # run, in no file of the state directory but that 0600 configuration, and in no report.
+    requests = [json.loads(line) for line in sh(FROM_INDEX, "cat %s" % INDEX_LOG).splitlines()]
+    assert any(r["authorized"] and r["path"].endswith(".whl") for r in requests), requests
+    assert all(r["argv_leaks"] == [] for r in requests), requests
+    assert sh(FROM_INDEX, "stat -c '%a %U' /var/lib/sglang-remediation/pip.conf") == "600 root"
+    assert INDEX_PASSWORD in sh(FROM_INDEX, "cat /var/lib/sglang-remediation/pip.conf")
+    assert sh(FROM_INDEX, "grep -rl %s /var/lib/sglang-remediation /etc/sglang /etc/systemd/system || true"
+              % INDEX_PASSWORD) == "/var/lib/sglang-remediation/pip.conf"
+    assert INDEX_PASSWORD not in res.output and INDEX_PASSWORD not in json.dumps(r)
 
 
 def test_a_host_kept_drained_leaves_no_room_and_the_rollout_stops():
