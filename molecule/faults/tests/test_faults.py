@@ -615,8 +615,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
                 leaks.append(argv.replace(b'\0', b' ').decode(errors='replace'))
         authorized = self.headers.get('Authorization') == expected
         with open('/srv/index-requests.jsonl', 'a') as fh:
-            fh.write(json.dumps({'path': self.path, 'authorized': authorized, 'argv_leaks': leaks}) + '
-')
+            fh.write(json.dumps({'path': self.path, 'authorized': authorized, 'argv_leaks': leaks}) + '\n')
         if not authorized:
             self.send_response(401)
             self.send_header('WWW-Authenticate', 'Basic realm="mirror"')
