@@ -42,9 +42,8 @@ COLLECTIONS_PATH = checkout.importable()
 # machine is no test-bed container, and the double (SGLANG_TEST_DOUBLE_MARK_ROOT) and the modules
 # run by run_module (the launcher sets _testbed.ROOT from the same variable) look there. A test of
 # an unmarked host passes another root (unmarked_root).
-sys.path.insert(0, str(MODULE_UTILS_DIR))
-import _testbed as TESTBED_MARK  # noqa: E402
-sys.path.remove(str(MODULE_UTILS_DIR))
+import testbed  # noqa: E402
+TESTBED_MARK = testbed.mark_rule()
 
 
 def marked_root(root: Path) -> Path:

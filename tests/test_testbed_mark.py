@@ -14,11 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODULES, REPO, TESTBED_MARK, marked_root, run_module
+from conftest import MODULES, REPO, TESTBED_MARK, marked_root, run_module, testbed
 from double_harness import DOUBLE, remediated_double
-
-sys.path.insert(0, str(REPO / "testbed"))
-import testbed  # noqa: E402
 
 GATE = MODULES / "sglang_gate.py"
 PREPARE_GUARD = REPO / "playbooks" / "library" / "sglang_testbed_mark.py"
