@@ -1,6 +1,7 @@
 """The fleet report callback: rows as hosts finish, aborted runs, failures first."""
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
@@ -20,6 +21,7 @@ def _load():
 
 
 report = _load()
+filters = importlib.import_module("ansible_collections.fleetops.sglang.plugins.filter.sglang")
 
 
 class Inventory:
@@ -328,26 +330,21 @@ def test_a_bad_keep_prunes_nothing_and_says_so():
         report.parse_keep("a week")
 
 
-class GroupInventory(Inventory):
-    """An inventory whose pattern "sglang:!sglang_maintenance:!h3" is resolved as Ansible would."""
-
-    def __init__(self, hosts, maintenance):
-        super().__init__(hosts)
-        self.groups = {"sglang_maintenance": SimpleNamespace(
-            get_hosts=lambda: [SimpleNamespace(get_name=lambda n=n: n) for n in maintenance])}
-
-    def get_hosts(self, pattern, ignore_restrictions=False):
-        parts = pattern.split(":")
-        out = set(p[1:] for p in parts if p.startswith("!"))
-        out |= {h.get_name() for h in self.groups["sglang_maintenance"].get_hosts()} if "!sglang_maintenance" in parts else set()
-        names = [n for n in self.hosts if n not in out]
-        return [SimpleNamespace(get_name=lambda n=n: n) for n in names]
+def group_inventory(tmp_path, hosts, maintenance):
+    """A real InventoryManager: the hosts in the group sglang, some also in sglang_maintenance, so the
+    play's pattern is resolved by Ansible's own rule (plugins/plugin_utils/_hostpattern.py)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    path = tmp_path / ("inventory-%d.json" % len(list(tmp_path.glob("inventory-*.json"))))
+    path.write_text(json.dumps({"sglang": {"hosts": {h: {} for h in hosts}},
+                                "sglang_maintenance": {"hosts": {h: {} for h in maintenance}}}))
+    return InventoryManager(loader=DataLoader(), sources=[str(path)])
 
 
 def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
-    inv = GroupInventory(["h1", "h2", "h3", "h4"], maintenance=["h2"])
+    inv = group_inventory(tmp_path, ["h1", "h2", "h3", "h4"], maintenance=["h2"])
     probe = play(inv, sglang_fleet_report="pass")
-    probe.hosts = "sglang:!sglang_maintenance:!h3"
+    probe.hosts = filters.fleet_pattern("sglang", "h3")
     probe._variable_manager.extra_vars = {"sglang_skip_hosts": "h3"}  # -e sglang_skip_hosts=h3
     callback.v2_playbook_on_play_start(probe)
     callback.v2_runner_on_ok(result("h1", fact("h1", restarted=False, restart_needed=False)))
@@ -364,23 +361,23 @@ def test_known_out_hosts_are_skipped_and_need_no_attention(callback, tmp_path):
     cb = report.CallbackModule()
     cb.get_option = {"report_dir": str(tmp_path / "own"), "print_rows_max": 50, "keep": "0"}.get
     cb.v2_playbook_on_start(SimpleNamespace(_file_name="/x/remediate.yml"))
-    own = play(GroupInventory(["h1", "h2"], maintenance=[]), sglang_fleet_report="pass")
-    own.hosts = "sglang:!h2:!sglang_maintenance"
+    own = play(group_inventory(tmp_path, ["h1", "h2"], maintenance=[]), sglang_fleet_report="pass")
+    own.hosts = filters.fleet_pattern("sglang:!h2")
     own._variable_manager.extra_vars = {}
     cb.v2_playbook_on_play_start(own)
     assert "h2" not in cb.rows
 
 
 def test_the_fleet_pattern_leaves_the_known_out_hosts_out():
-    import importlib.util as iu
-    spec = iu.spec_from_file_location("sglang_filters", ROOT / "plugins" / "filter" / "sglang.py")
-    filters = iu.module_from_spec(spec)
-    spec.loader.exec_module(filters)
     pattern = filters.fleet_pattern
-    assert pattern("sglang") == "sglang:!sglang_maintenance"
+    assert pattern("sglang") == "sglang,!sglang_maintenance"
     assert pattern("sglang", ["gpu-17", "gpu-2.example.internal"]) == \
-        "sglang:!sglang_maintenance:!gpu-17:!gpu-2.example.internal"
-    assert pattern("canary", "gpu-1, gpu-2") == "canary:!sglang_maintenance:!gpu-1:!gpu-2"
+        "sglang,!sglang_maintenance,!gpu-17,!gpu-2.example.internal"
+    assert pattern("canary", "gpu-1, gpu-2") == "canary,!sglang_maintenance,!gpu-1,!gpu-2"
+    # Every form of the target keeps its terms (tests/test_host_patterns.py runs them against Ansible).
+    assert pattern("a,b") == "a,b,!sglang_maintenance"
+    assert pattern("a:&b:!c") == "a,&b,!c,!sglang_maintenance"
+    assert pattern(["a", "b:c"]) == "a,b,c,!sglang_maintenance"
     for bad in (3, ["gpu 1"], [None], {"gpu-1": True}):
         with pytest.raises(Exception, match="sglang_skip_hosts="):
             pattern("sglang", bad)

@@ -1,7 +1,8 @@
 """playbooks/lease_break.yml names its hosts: never ``all`` or ``*``, and never more hosts than the
-operator confirms (sglang_lease_break_hosts, default 1). The rule (plugins/module_utils/_rollout.py)
-on its own, then the playbook over three local hosts: refused before any lease is touched, and
-run where the count is confirmed."""
+operator confirms (sglang_lease_break_hosts, default 1). The rule (plugins/module_utils/_rollout.py,
+the patterns split into terms as Ansible splits them: plugins/plugin_utils/_hostpattern.py) on its
+own, then the playbook over three local hosts: refused before any lease is touched, and run where
+the count is confirmed."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout
+from ansible_collections.fleetops.sglang.plugins.filter.sglang import lease_break_errors
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTS = ["h1", "h2", "h3"]
@@ -24,6 +25,7 @@ HOSTS = ["h1", "h2", "h3"]
     ("gpu:&all", "", ["h1"], 1, "--limit=gpu:&all selects every host (&all)"),
     ("", "all", HOSTS, 3, "sglang_target_hosts=all selects every host"),
     ("", ["h1", "all"], HOSTS, 3, "sglang_target_hosts=['h1', 'all'] selects every host"),
+    ("h1:h2,all", "", HOSTS, 3, "--limit=h1:h2,all selects every host (all)"),
     ("h1,h2", "", ["h1", "h2"], 1, "matches 2 hosts (h1, h2), more than sglang_lease_break_hosts=1 confirms"),
     ("gpu-*", "", ["gpu-%d" % i for i in range(7)], "2",
      "matches 7 hosts (gpu-0, gpu-1, gpu-2, gpu-3, gpu-4, ...), more than sglang_lease_break_hosts=2"),
@@ -32,7 +34,7 @@ HOSTS = ["h1", "h2", "h3"]
     ("h1", "", ["h1"], True, "sglang_lease_break_hosts=True"),
 ])
 def test_every_host_or_more_than_confirmed_is_refused_naming_it(limit, target, hosts, confirmed, named):
-    errors = _rollout.lease_break_errors(limit, target, hosts, confirmed)
+    errors = lease_break_errors(hosts, limit, target, confirmed)
     assert len(errors) == 1 and named in errors[0], errors
 
 
@@ -44,7 +46,7 @@ def test_every_host_or_more_than_confirmed_is_refused_naming_it(limit, target, h
     ("", ["h1", "h2"], ["h1", "h2"], 2),
 ])
 def test_named_hosts_within_the_count_may_be_freed(limit, target, hosts, confirmed):
-    assert _rollout.lease_break_errors(limit, target, hosts, confirmed) == []
+    assert lease_break_errors(hosts, limit, target, confirmed) == []
 
 
 def _playbook(tmp_path, *args):

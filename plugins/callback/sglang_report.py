@@ -120,6 +120,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._lease import proc
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import is_live, texts
 from ansible_collections.fleetops.sglang.plugins.module_utils._rollout import STAGE_ALL, STAGES
 from ansible_collections.fleetops.sglang.plugins.module_utils._rows import MAINTENANCE_GROUP, skip_host_names
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
 
 FACT = "sglang_remediation"
@@ -223,19 +224,19 @@ def parse_keep(text: str) -> Tuple[int, Optional[datetime.timedelta]]:
 def known_out(play: Any, inventory: Any, pattern: Any, targeted: List[str]) -> List[str]:
     """The hosts of the play's pattern, without its exclusions, that it leaves out because they are known
     to be out: in the group sglang_maintenance or in the extra var sglang_skip_hosts."""
-    if isinstance(pattern, (list, tuple)):
-        pattern = ":".join(str(p) for p in pattern)
-    if not isinstance(pattern, str) or ":!" not in pattern:
+    if not isinstance(pattern, (str, list, tuple)) or "!" + MAINTENANCE_GROUP not in _hostpattern.terms(pattern):
         return []
-    positive = ":".join(p for p in pattern.split(":") if not p.startswith("!"))
     group = (getattr(inventory, "groups", None) or {}).get(MAINTENANCE_GROUP)
     out = {h.get_name() for h in group.get_hosts()} if group is not None else set()
     extra = getattr(getattr(play, "_variable_manager", None), "extra_vars", None) or {}
     try:
-        out |= set(skip_host_names(extra.get("sglang_skip_hosts")))
+        skip = skip_host_names(extra.get("sglang_skip_hosts"))
     except ValueError:
-        pass  # the play's host pattern refused it already (fleetops.sglang.fleet_pattern)
-    return [h.get_name() for h in inventory.get_hosts(positive, ignore_restrictions=True)
+        skip = []  # the play's host pattern refused it already (fleetops.sglang.fleet_pattern)
+    out |= set(skip)
+    # What the user targeted, their own exclusions kept: the pattern less the terms fleet_pattern added.
+    targets = _hostpattern.without_exclusions(pattern, skip)
+    return [h.get_name() for h in inventory.get_hosts(targets, ignore_restrictions=True)
             if h.get_name() in out and h.get_name() not in targeted]
 
 

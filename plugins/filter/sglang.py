@@ -24,6 +24,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 
 
 def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> list[str]:
@@ -104,14 +105,15 @@ def service_paths(home: str, model_paths: list[Any], environment: Any = None) ->
 
 
 def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
-    """The playbooks' host pattern: ``target`` without the known-out hosts (the group
-    sglang_maintenance and ``skip_hosts``, sglang_skip_hosts: a list of inventory names or a
-    comma-separated string), which the rollout neither touches nor counts."""
+    """The playbooks' host pattern: ``target`` (any pattern Ansible accepts: a comma or colon list,
+    ``&``, ``!``, ranges, a YAML list) without the known-out hosts (the group sglang_maintenance and
+    ``skip_hosts``, sglang_skip_hosts: a list of inventory names or a comma-separated string), which
+    the rollout neither touches nor counts (plugins/plugin_utils/_hostpattern.py)."""
     try:
         names = _rows.skip_host_names(skip_hosts)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc))
-    return ":".join([str(target), "!" + _rows.MAINTENANCE_GROUP] + ["!" + h for h in names])
+    return _hostpattern.fleet_pattern(target, names)
 
 
 def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = None, serial: Any = None,
@@ -135,7 +137,8 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
 
 def lease_break_errors(hosts: Any, limit: Any = None, target: Any = None, confirmed: Any = 1) -> list[str]:
     """Why playbooks/lease_break.yml refuses to break the leases of ``hosts`` (plugins/module_utils/_rollout.py)."""
-    return _rollout.lease_break_errors(limit, target, [str(h) for h in (hosts or [])], confirmed)
+    return _rollout.lease_break_errors(_hostpattern.terms(limit), limit, _hostpattern.terms(target), target,
+                                       [str(h) for h in (hosts or [])], confirmed)
 
 
 def soak_verdict(result: Any) -> str:

@@ -109,16 +109,17 @@ def soak_errors(seconds: Any, action: Any) -> List[str]:
 _EVERY_HOST = re.compile(r"^&?(all|\*)$")
 
 
-def lease_break_errors(limit: Any, target: Any, hosts: Sequence[str], confirmed: Any = 1) -> List[str]:
+def lease_break_errors(limit_terms: Sequence[str], limit: Any, target_terms: Sequence[str], target: Any,
+                       hosts: Sequence[str], confirmed: Any = 1) -> List[str]:
     """Why playbooks/lease_break.yml must not break the leases of ``hosts`` (none: it may).
 
     A lease break frees hosts for any run, whoever holds them: it names its hosts. ``all`` or
-    ``*`` in --limit (``limit``) or sglang_target_hosts (``target``) is refused, and so is a
+    ``*`` in --limit (``limit``) or sglang_target_hosts (``target``), each given with its terms as
+    Ansible splits them (plugins/plugin_utils/_hostpattern.py), is refused, and so is a
     selection of more hosts than the operator confirms with sglang_lease_break_hosts
     (``confirmed``, default 1)."""
     errors: List[str] = []
-    for var, value in (("--limit", limit), ("sglang_target_hosts", target)):
-        items = value if isinstance(value, (list, tuple)) else re.split(r"[,:]", str(value or ""))
+    for var, items, value in (("--limit", limit_terms, limit), ("sglang_target_hosts", target_terms, target)):
         wild = [str(i).strip() for i in items if _EVERY_HOST.match(str(i).strip())]
         if wild:
             shown = value if isinstance(value, str) else list(value)
