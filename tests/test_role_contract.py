@@ -78,12 +78,13 @@ def test_the_rollback_entry_point_has_its_own_spec_with_the_main_ones():
     rollback = _entry_points()["rollback"]["options"]
     for name, opt in rollback.items():
         assert opt == _options()[name], name
-    assert "tasks_from: rollback.yml" in (ROOT / "playbooks" / "rollback.yml").read_text()
+    # Named exactly (tests/test_entry_points.py): with .yml, Ansible validates nothing.
+    assert "tasks_from: rollback\n" in (ROOT / "playbooks" / "rollback.yml").read_text()
     # Every user variable the rollback path reads (the gates included), except the gate
     # thresholds a rollback is not held to and the remediation-only switches; the audit after a
     # refused gate (sglang_pp_size) runs only on a remediated server, never on files put back.
     not_on_rollback = {"sglang_accept_length_min", "sglang_speculative_algorithm", "sglang_audit", "sglang_pp_size"}
-    used = _used_variables("rollback.yml", "gates.yml") - not_on_rollback
+    used = _used_variables("rollback.yml", "lease.yml", "lease_release.yml", "undrain.yml", "gates.yml") - not_on_rollback
     assert used <= set(rollback), sorted(used - set(rollback))
 
 

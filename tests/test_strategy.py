@@ -71,6 +71,8 @@ def test_the_same_recap_as_the_linear_strategy(tmp_path, batch):
     blocking, recap_blocking, _ = run(tmp_path, "fleetops.sglang.linear_blocking", pause="0.1", batch=batch)
     assert linear.returncode == blocking.returncode == 2, blocking.stdout[-3000:]
     assert recap_blocking == recap_linear
+    # On the ansible-core the suite runs, it has what it reads: no fallback.
+    assert "running as ansible.builtin.linear" not in blocking.stdout, blocking.stdout[-3000:]
     # More hosts than forks (7 on 3), and with serial 5 a second, shorter batch.
     assert len(recap_blocking) == 7
     assert any(h == "h3" and "failed=1" in r for h, r in recap_blocking)
@@ -168,3 +170,30 @@ def test_the_results_wait_returns_them_and_refuses_a_dead_worker():
     strategy._tqm = SimpleNamespace(_terminated=False, has_dead_workers=lambda: True)
     with pytest.raises(AnsibleError, match="dead state"):
         strategy._wait_on_pending_results(None)
+
+
+def test_without_the_private_api_it_warns_and_runs_as_linear(monkeypatch):
+    """On an ansible-core whose strategy lacks what the wait reads, the strategy names what is
+    missing once and is the linear strategy: neither wait of its own runs."""
+    from types import SimpleNamespace
+
+    from conftest import COLLECTIONS_PATH  # noqa: F401  (puts the collection on sys.path)
+
+    from ansible_collections.fleetops.sglang.plugins.strategy import linear_blocking as lb
+
+    warnings = []
+    monkeypatch.setattr(lb.Display, "warning", lambda self, msg, *a, **k: warnings.append(msg))
+    monkeypatch.setattr(lb.LinearStrategyModule, "__init__", lambda self, tqm: setattr(self, "_tqm", tqm))
+    monkeypatch.setattr(lb.LinearStrategyModule, "_wait_on_pending_results", lambda self, it: ["linear"])
+    strategy = lb.StrategyModule(SimpleNamespace(has_dead_workers=lambda: False))  # no _terminated
+    assert strategy._as_linear and len(warnings) == 1, warnings
+    assert "TaskQueueManager._terminated" in warnings[0] and "StrategyBase._workers" in warnings[0]
+    assert "running as ansible.builtin.linear" in warnings[0]
+    strategy._wait_for_free_fork(SimpleNamespace(throttle=0))  # returns without reading _workers
+    assert strategy._wait_on_pending_results(None) == ["linear"]
+    # With the attributes there, it is itself, and says nothing.
+    monkeypatch.setattr(lb.LinearStrategyModule, "__init__", lambda self, tqm: self.__dict__.update(
+        _tqm=tqm, _workers=[], _pending_results=0))
+    whole = lb.StrategyModule(SimpleNamespace(_terminated=False, has_dead_workers=lambda: False))
+    assert not whole._as_linear and len(warnings) == 1
+    assert lb.missing_private_api(whole) == []

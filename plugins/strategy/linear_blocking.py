@@ -33,6 +33,9 @@ description:
   - The controller's CPU time drops by the time it would have spent polling, which grows with the number of hosts
     per fork and with how long each host's task takes. Select it with C(strategy = fleetops.sglang.linear_blocking)
     in the C([defaults]) section of C(ansible.cfg), or the C(strategy) keyword of a play.
+  - It reads private attributes of ansible-core's strategy and task queue manager (there is no public API for the
+    wait). Where one is missing (an ansible-core it was not tested on) it warns once, naming them, and runs as
+    P(ansible.builtin.linear#strategy).
 author:
   - SGLang remediation maintainers (@fleetops)
 """
@@ -42,6 +45,14 @@ from multiprocessing.connection import wait
 
 from ansible.errors import AnsibleError
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategyModule
+from ansible.utils.display import Display
+
+# ansible-core's private strategy and queue-manager attributes this strategy reads (2.21; there is
+# no public API for a strategy's wait). Where one is missing the strategy says so once and runs as
+# ansible.builtin.linear: same results, only the busy wait is back.
+PRIVATE_STRATEGY = ("_workers", "_pending_results", "_process_rpc_queue", "_process_pending_results",
+                    "_wait_on_pending_results", "_queue_task")
+PRIVATE_TQM = ("_terminated", "has_dead_workers")
 
 # How often the workers' requests to the controller are served while the controller waits on them.
 RPC_INTERVAL = 0.005
@@ -60,15 +71,35 @@ def busy_workers(workers):
     return [w for w in workers if w is not None and w.is_alive()]
 
 
+def missing_private_api(strategy):
+    """The private attributes this strategy reads that ``strategy`` (an initialised linear strategy) lacks."""
+    tqm = getattr(strategy, "_tqm", None)
+    return (["StrategyBase.%s" % a for a in PRIVATE_STRATEGY if not hasattr(strategy, a)]
+            + ["TaskQueueManager.%s" % a for a in PRIVATE_TQM if not hasattr(tqm, a)])
+
+
 class StrategyModule(LinearStrategyModule):
     """ansible.builtin.linear with a blocking wait for a free fork."""
+
+    # True where ansible-core lacks what the wait reads: then this is the linear strategy.
+    _as_linear = False
+
+    def __init__(self, tqm):
+        super().__init__(tqm)
+        missing = missing_private_api(self)
+        if missing:
+            self._as_linear = True
+            Display().warning("fleetops.sglang.linear_blocking: this ansible-core has no %s; running as "
+                              "ansible.builtin.linear (the same results, with its busy wait for a fork). "
+                              "meta/runtime.yml says which releases the collection is tested on."
+                              % ", ".join(missing))
 
     def _wait_for_free_fork(self, task):
         """Return once a fork is free (the linear strategy's own loop then takes it at once).
 
         A throttled task keeps the linear strategy's loop: its limit is a share of the forks.
         """
-        if getattr(task, "throttle", 0):
+        if self._as_linear or getattr(task, "throttle", 0):
             return
         while not self._tqm._terminated:
             busy = busy_workers(self._workers)
@@ -79,6 +110,8 @@ class StrategyModule(LinearStrategyModule):
 
     def _wait_on_pending_results(self, iterator):
         """The base strategy's loop (results read, dead workers refused), waiting on the workers between rounds."""
+        if self._as_linear:
+            return super()._wait_on_pending_results(iterator)
         results = []
         while self._pending_results > 0 and not self._tqm._terminated:
             if self._tqm.has_dead_workers():
