@@ -46,6 +46,7 @@ def _run(tmp_path, entry, variables):
     ("rollout_limit", {"_sglang_limit_hosts": ["one"]}, "_sglang_limit_of"),
     ("rollout_plan", {"_sglang_plan": "not a plan"}, "_sglang_plan"),
     ("after_probe", {}, "_sglang_probe"),
+    ("batch_end", {"_sglang_batch_hosts": {"one": 1}}, "_sglang_batch_hosts"),
     # playbooks/rollback.yml's and a failed soak's rollback: refused before the lease is taken or
     # anything put back (it once put the unit back, restarted, then failed at the gate).
     ("rollback", {"sglang_health_timeout": "notanumber"}, "sglang_health_timeout"),
@@ -114,7 +115,8 @@ def test_every_entry_point_called_names_its_spec_exactly():
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     spec_text = (ROLE / "meta" / "argument_specs.yml").read_text()
     used = _used()
-    assert {name for _, name in used} >= {"rollback", "rollout_plan", "rollout_limit", "after_probe", "fleet_probe"}
+    assert {name for _, name in used} >= {"rollback", "rollout_plan", "rollout_limit", "batch_end", "after_probe",
+                                          "fleet_probe"}
     assert entry_point_errors(used, specs) == []
     for name in WITHOUT_SPEC:
         assert name not in specs and name in spec_text, "%s: say in meta/argument_specs.yml why it has no spec" % name

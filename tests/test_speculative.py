@@ -381,11 +381,16 @@ def test_same_ids_is_type_strict():
     assert not dc.same_ids(None, [2])
 
 
-def test_filters_refuse_malformed_int_strings_with_the_variable_named():
-    """'--5' passed lstrip('-').isdigit() and crashed int(); it must be refused by name."""
+def test_the_input_contract_refuses_malformed_int_strings_with_the_variable_named():
+    """'--5' passed lstrip('-').isdigit() and crashed int(); it must be refused by name (the role's one
+    input contract, fleetops.sglang.variable_errors, which preflight and the probe's action apply)."""
     from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters
+    from test_inputs import defaults
 
-    assert filters.speculative_errors(" 15 ", 1, "16") == []
-    errors = filters.speculative_errors("--5", 1, 16)
+    def refused(**changes):
+        return filters.variable_errors(dict(defaults(), **changes))
+
+    assert refused(sglang_speculative_num_steps=" 15 ", sglang_speculative_num_draft_tokens="16") == []
+    errors = refused(sglang_speculative_num_steps="--5")
     assert errors and "sglang_speculative_num_steps" in errors[0] and "'--5'" in errors[0]
-    assert "sglang_eagle3_layer_ids[0] is '--5' (str)" in filters.layer_id_errors(["--5", 2])[0]
+    assert "sglang_eagle3_layer_ids[0] is '--5' (str)" in refused(sglang_eagle3_layer_ids=["--5", 2])[0]

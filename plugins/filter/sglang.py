@@ -17,7 +17,6 @@ import re
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.fleetops.sglang.plugins.module_utils import _serverargs as _flags
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs_values as _values
 from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
@@ -50,9 +49,6 @@ def pending_changes(results: Any, check_mode: Any = False, audit: Any = False) -
     return _rows.pending_changes(dict(results or {}), bool(check_mode), bool(audit))
 
 
-def layer_id_errors(ids: Any, var: str = "sglang_eagle3_layer_ids") -> list[str]:
-    """Errors in the user's wiring that do not need the host (types, order, -1 first)."""
-    return _rules.validate_layer_ids(ids, var=var)
 
 
 def _as_int(value: Any) -> Any:
@@ -62,9 +58,6 @@ def _as_int(value: Any) -> Any:
     return value
 
 
-def speculative_errors(steps: Any, topk: Any, draft_tokens: Any) -> list[str]:
-    """Combinations SGLang would silently rewrite or cannot serve."""
-    return _rules.validate_speculative(_as_int(steps), _as_int(topk), _as_int(draft_tokens))
 
 
 def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
@@ -78,9 +71,6 @@ def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     return _rules.render_server_args(**args)
 
 
-def managed_flags(_input: Any = None) -> dict[str, str]:
-    """Each flag the role renders and the variable that sets it (for the parse's report)."""
-    return dict(_flags.MANAGED_FLAGS)
 
 
 def flag_lines(args: list[str]) -> list[list[str]]:
@@ -205,14 +195,11 @@ class FilterModule:
             "report_merge": report_merge,
             "soak_verdict": soak_verdict,
             "lease_break_errors": lease_break_errors,
-            "layer_id_errors": layer_id_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,
             "pending_changes": pending_changes,
-            "speculative_errors": speculative_errors,
             "server_args": server_args,
             "flag_lines": flag_lines,
             "service_directive_lines": directive_lines,
             "service_paths": service_paths,
-            "managed_flags": managed_flags,
         }
