@@ -49,15 +49,11 @@ def pending_changes(results: Any, check_mode: Any = False, audit: Any = False) -
     return _rows.pending_changes(dict(results or {}), bool(check_mode), bool(audit))
 
 
-
-
 def _as_int(value: Any) -> Any:
     """-e on the command line gives strings: accept "15" as 15, leave anything else to the checks."""
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     return value
-
-
 
 
 def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
@@ -69,8 +65,6 @@ def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
         number = _values.as_number(args["mem_fraction_static"])
         args["mem_fraction_static"] = number if number is not None else args["mem_fraction_static"]
     return _rules.render_server_args(**args)
-
-
 
 
 def flag_lines(args: list[str]) -> list[list[str]]:
