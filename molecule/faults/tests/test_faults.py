@@ -536,7 +536,7 @@ def test_a_rollback_whose_drain_fails_changes_nothing_and_the_next_one_goes_back
         failing = run(run_name, ROLLBACK, inventory(CASES, faulted=False), [name],
                       args=["-e", "sglang_pre_restart_tasks=%s" % FAIL_HOOK, *defer], env_over=PROJECT_CFG)
         assert failing.rc == 2, failing.tail(80)
-        assert ("Fail the hosts whose run failed" if not defer else "Fail the host whose rollback failed") \
+        assert ("Fail the hosts whose rollback failed" if not defer else "Fail the host whose rollback failed") \
             in failing.output, failing.tail(80)
         row = rows(run_name)[name]
         assert row["status"] == "failed" and "load balancer refused" in row["error"] and row["rolled_back"] is False, row
