@@ -41,8 +41,3 @@ def without_exclusions(pattern: Any, skip_hosts: Iterable[str]) -> List[str]:
     """The terms of a fleet pattern without the exclusions fleet_pattern added: what the user targeted."""
     added = set(exclusions(skip_hosts))
     return [t for t in terms(pattern) if t not in added]
-
-
-def wildcard_terms(pattern: Any, every: Any) -> List[str]:
-    """The terms of ``pattern`` that ``every`` (a compiled regex) matches: those selecting every host."""
-    return [t for t in terms(pattern) if every.match(t.strip())]
