@@ -56,6 +56,7 @@ def test_a_failed_run_on_the_same_release_gets_every_file_back_byte_for_byte(tmp
     sources = {site_file(venv, rel): site_file(venv, rel).read_bytes() for rel in TARGET_FILES}
     opened = open_for(tmp_path, venv, files)
     assert (Path(opened["dir"]).stat().st_mode & 0o777) == 0o700
+    assert opened["release"] == "0.5.9"  # the pinned release already there: a no-deps install has nothing to do
     # The run: the engine patches through the set, the configuration is rewritten and created.
     fix = E.run(E.Request(venv=str(venv), layer_ids=USER_IDS, patches=patches, state="present",
                           backup_dir=str(tmp_path / "backup"), changeset=opened["dir"]))
@@ -105,6 +106,7 @@ def test_a_fresh_host_keeps_the_venv_listed_and_gets_the_pristine_file(tmp_path,
     opened = open_for(tmp_path, empty, files)
     release = CS.load(opened["dir"])["entries"][0]
     assert release["kind"] == "release" and release["version"] is None and release["sources"] == []
+    assert opened["release"] is None  # what the role's install step reads: nothing installed, so pip runs
     # The install, then the patch (its pristine file recorded just before the write).
     shutil.copytree(release_tree("0.5.9"), empty)
     deepseek = site_file(empty, DEEPSEEK_FILE)

@@ -131,7 +131,8 @@ def _exists(path: str) -> bool:
 def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict[str, Any],
              dirs: List[str], user: str, group: str, service: Dict[str, bool], keep: int = 5,
              now: Callable[[], float] = time.time) -> Dict[str, Any]:
-    """Open this run's change set and record what it may replace; returns its manifest."""
+    """Open this run's change set and record what it may replace; returns its manifest, its directory
+    (``dir``) and the release found in the venv (``release``: None where no SGLang is installed)."""
     root = changes_root(state_dir)
     os.makedirs(root, mode=0o700, exist_ok=True)
     os.chmod(root, 0o700)
@@ -166,7 +167,7 @@ def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict
                     "group_existed": _account_exists(grp.getgrnam, group)})
     _save(set_dir, manifest)
     _prune(root, keep)
-    return dict(manifest, dir=set_dir)
+    return dict(manifest, dir=set_dir, release=release["version"])
 
 
 def _account_exists(lookup: Callable[[str], Any], name: str) -> bool:

@@ -190,7 +190,9 @@ restored_files:
       description: Its owner and group, as C(user:group).
       type: str
 release:
-  description: With O(state=restored), the release the set recorded (what runs once the set is put back); V(null) for a venv the run created.
+  description:
+    - With O(state=opened), the SGLang release installed in the venv as the set found it; V(null) where none is.
+    - With O(state=restored), the release the set recorded (what runs once the set is put back); V(null) for a venv the run created.
   type: str
   returned: always
   sample: "0.5.9"
@@ -249,7 +251,7 @@ def main():
             manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["pip"], p["dirs"],
                                           p["user"], p["group"], service_state(module, p["service"]), p["keep"])
             result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
-                          service=manifest["service"])
+                          service=manifest["service"], release=manifest["release"])
         elif p["state"] in ("closed", "kept"):
             manifest = changeset.load(p["changeset"])
             result.update(id=manifest["id"], dir=p["changeset"], service=manifest.get("service", {}))
