@@ -113,7 +113,8 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
         env=dict(os.environ, ANSIBLE_NOCOLOR="1"))
     try:
         # Generous: on a loaded 2-core CI machine the run takes minutes to get there.
-        wait_until(lambda: proc.poll() is not None or _main_pid(host) not in (pid, "0"), 900, "the restart", 0.3)
+        # A look every 2 s (a docker exec each) lands well inside the 45 s the slow start keeps the gate waiting.
+        wait_until(lambda: proc.poll() is not None or _main_pid(host) not in (pid, "0"), 900, "the restart", 2)
         assert proc.poll() is None, "the run ended before it could be killed: %s" % (tmp_path / "killed-run.log")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -127,7 +128,7 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
     host.run("for i in $(seq 30); do pkill -KILL -f '^/usr/bin/python3$'; sleep 0.1; done; true")
     assert "--speculative-num-steps 7" in host.file(UNIT).content_string
     # The killed run's server becomes healthy on its own; count that start first.
-    wait_until(lambda: starts(host) == 3, 120, "the killed run's server to come up", 0.3)
+    wait_until(lambda: starts(host) == 3, 120, "the killed run's server to come up", 2)
     assert _mtime(host, RUNNING) == recorded, "the killed run's gate recorded the start after all"
     _state["killed_pid"] = _main_pid(host)
 

@@ -1,10 +1,11 @@
 """AWX's job slicing, run on the test bed as AWX runs it: jobs that share nothing.
 
-8 converged hosts (serving 0.5.9 with 15/1/16): with 4 slices each holds 2, so a failing
-host has a host of its own slice to stop, and every slice after the canary's has a host to restart. The tests run in file order and build on each other:
+6 converged hosts (serving 0.5.9 with 15/1/16): 4 slices hold 2, 2, 1 and 1 of them (uneven, as
+AWX slices most inventories), so a failing host of slice 2 has a host of its own slice to stop, and
+every slice, the canary's too, has a host to restart. The tests run in file order and build on each other:
 
 1. the canary job: remediate.yml over the whole inventory with sglang_rollout_stage=canaries
-   (the flags become 7/1/8): the canary alone restarts, the 7 others read "next stage";
+   (the flags become 7/1/8): the canary alone restarts, the 5 others read "next stage";
 2. the sliced job: 4 ansible-playbook processes started together, each over the inventory AWX
    gives its slice (AWX orders the hosts by name and gives slice n of N the hosts
    [n-1::N]: awx/main/models/inventory.py, get_sliced_hosts), with
@@ -37,7 +38,7 @@ DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 DEMO = yaml.safe_load(DEMO_VARS.read_text())
 REMEDIATE = PROJECT / "remediate.yml"
 MERGE = PROJECT / "playbooks" / "report_merge.yml"
-HOSTS = ["%s-slicing-%02d-%s" % (PREFIX, n, DISTRO) for n in range(1, 9)]
+HOSTS = ["%s-slicing-%02d-%s" % (PREFIX, n, DISTRO) for n in range(1, 7)]
 SLICES = 4
 # The flags of the sliced rollouts (the converged hosts serve 15/1/16): every host needs one restart.
 FLAGS_A = {"sglang_speculative_num_steps": 7, "sglang_speculative_num_draft_tokens": 8}
