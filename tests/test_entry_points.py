@@ -123,3 +123,75 @@ def test_every_entry_point_called_names_its_spec_exactly():
     # The rule fails on the suffix and on a name with no spec.
     wrong = entry_point_errors([("playbooks/rollback.yml", "rollback.yml"), ("x.yml", "lease")], specs)
     assert len(wrong) == 2 and "drop the .yml" in wrong[0] and "'lease'" in wrong[1], wrong
+
+
+# The restart transaction (tasks/transaction.yml) is included, not an entry point: its first task
+# validates its inputs with their spec (the argument_spec written there), and every caller passes
+# exactly those inputs.
+def _transaction_spec():
+    first = yaml.safe_load((ROLE / "tasks" / "transaction.yml").read_text())[0]
+    return first["ansible.builtin.validate_argument_spec"]["argument_spec"]
+
+
+def _includes_of(node, target):
+    if isinstance(node, list):
+        for item in node:
+            yield from _includes_of(item, target)
+    elif isinstance(node, dict):
+        if node.get("ansible.builtin.include_tasks") == target:
+            yield node
+        for key in ("block", "rescue", "always"):
+            yield from _includes_of(node.get(key), target)
+
+
+def test_every_caller_of_the_transaction_passes_exactly_its_inputs():
+    spec = _transaction_spec()
+    callers = {path.name: list(_includes_of(yaml.safe_load(path.read_text()), "transaction.yml"))
+               for path in sorted((ROLE / "tasks").glob("*.yml"))}
+    callers = {name: found for name, found in callers.items() if found}
+    # A remediation's restart, the undo of a failed run, a rollback: one include each.
+    assert {name: len(found) for name, found in callers.items()} == {"service.yml": 1, "host.yml": 1,
+                                                                     "rollback.yml": 1}
+    actions = set()
+    for name, found in callers.items():
+        passed = found[0]["vars"]
+        assert set(passed) == set(spec), (name, sorted(set(passed) ^ set(spec)))
+        actions.add(passed["_sglang_tx_action"])
+    assert actions == set(spec["_sglang_tx_action"]["choices"])
+    # Nothing else in the role or the playbooks reads the transaction's inputs.
+    for path in sorted((ROLE / "tasks").glob("*.yml")) + sorted((REPO / "playbooks").glob("*.yml")):
+        if path.name not in ("transaction.yml", "undrain.yml") and path.name not in callers:
+            assert "_sglang_tx_" not in path.read_text(), path
+
+
+TRANSACTION_PLAY = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: The transaction, with a wrong input
+      ansible.builtin.include_tasks: %(tasks)s
+      vars: %(vars)s
+"""
+
+
+@pytest.mark.parametrize("wrong, named", [
+    ({"_sglang_tx_action": "reinstall"}, "_sglang_tx_action"),
+    ({"_sglang_tx_serve": "sometimes"}, "_sglang_tx_serve"),
+    ({"_sglang_tx_drain": None}, "_sglang_tx_drain"),
+])
+def test_a_wrong_input_to_the_transaction_is_refused_before_its_first_step(tmp_path, wrong, named):
+    good = {"_sglang_tx_action": "apply", "_sglang_tx_restore": None, "_sglang_tx_stop": False,
+            "_sglang_tx_enabled": None, "_sglang_tx_serve": True, "_sglang_tx_drain": True,
+            "_sglang_tx_undrain": True, "_sglang_tx_close": None}
+    assert set(good) == set(_transaction_spec())
+    inline = yaml.safe_dump(dict(good, **wrong), default_flow_style=True).strip()
+    (tmp_path / "play.yml").write_text(TRANSACTION_PLAY % {"tasks": ROLE / "tasks" / "transaction.yml",
+                                                           "vars": inline})
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS_PATH), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"), ANSIBLE_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "one,", "-c", "local",
+                           "-e", "ansible_python_interpreter=" + sys.executable, "play.yml"],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Validation of arguments failed" in out and named in out, out[-3000:]
+    assert "Run the pre-restart hook (drain)" not in out and "Stop the server" not in out, out[-3000:]

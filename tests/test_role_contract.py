@@ -83,8 +83,12 @@ def test_the_rollback_entry_point_has_its_own_spec_with_the_main_ones():
     # Every user variable the rollback path reads (the gates included), except the gate
     # thresholds a rollback is not held to and the remediation-only switches; the audit after a
     # refused gate (sglang_pp_size) runs only on a remediated server, never on files put back.
-    not_on_rollback = {"sglang_accept_length_min", "sglang_speculative_algorithm", "sglang_audit", "sglang_pp_size"}
-    used = _used_variables("rollback.yml", "lease.yml", "lease_release.yml", "undrain.yml", "gates.yml") - not_on_rollback
+    # sglang_rollback_on_failure and sglang_keep_failed_drained are a remediation's: the failure message
+    # (run_failed.yml) and the transaction read them only on a remediation's rescue.
+    not_on_rollback = {"sglang_accept_length_min", "sglang_speculative_algorithm", "sglang_audit", "sglang_pp_size",
+                       "sglang_rollback_on_failure"}
+    used = _used_variables("rollback.yml", "lease.yml", "lease_release.yml", "undrain.yml", "transaction.yml",
+                           "run_failed.yml", "run_end.yml") - not_on_rollback
     assert used <= set(rollback), sorted(used - set(rollback))
 
 

@@ -163,3 +163,13 @@ def test_the_probe_row_and_the_report_row_are_one_builder():
     b = build(fix=dict(probe["eagle3"], release="0.5.9", decision="patch", draft_layer_ids=[-1, 2, 30], compliant=True),
               probe_live={"reasons": []}, speculative_flags={"num_steps": 15})
     assert a == b and set(a) == set(b)
+
+
+def test_a_skipped_result_counts_as_a_task_that_did_not_run():
+    """The transaction registers its put-back and its gate even where it skips them (a remediation
+    puts nothing back; an undo on a host that served nothing gates nothing): a skipped result
+    is no evidence, not a failed health check."""
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
+    skipped = {"skipped": True, "changed": False, "false_condition": "_sglang_tx_serve | bool"}
+    assert _rows._result(skipped) == {} and _rows._result(None) == {}
+    assert _rows._result({"status": 200, "ready": True})["status"] == 200

@@ -28,8 +28,8 @@ DEEPSEEK_NAME = "deepseek_v2.py"
 
 
 def _result(value: Any) -> Mapping[str, Any]:
-    """A registered result as a mapping ({} when the task did not run or registered nothing)."""
-    return value if isinstance(value, Mapping) else {}
+    """A registered result as a mapping ({} when the task did not run, was skipped or registered nothing)."""
+    return value if isinstance(value, Mapping) and not value.get("skipped") else {}
 
 
 def _number(value: Any) -> Optional[float]:
@@ -118,7 +118,7 @@ def remediation_row(
     # A putting-back that stopped part-way (its module failed): what it put back is listed, but
     # the host is not rolled back, and nothing was restarted on it.
     undo_complete = bool(restored) and not undo.get("failed")
-    # A restart on what a failed run put back (tasks/undo.yml), or the rollback playbook's own.
+    # A restart on what a failed run put back (tasks/transaction.yml, action undo), or the rollback playbook's own.
     undo_restarted = bool(restarted and undo_complete and _result(undo.get("service")).get("active"))
 
     # In check mode nothing was written, so the fingerprint still matches: name what would change.

@@ -409,7 +409,7 @@ def test_the_host_is_left_as_the_contract_says(case):
         # The previous release cannot be reinstalled: the configuration is put back, the run's
         # release stays with its SGLang files pristine, and the report says the host may be
         # half-changed, with what was put back and what was left.
-        assert "putting this run's change back FAILED at Put back what this run changed" in row["error"], row
+        assert "putting this run's change back FAILED at Put back the files of the change set" in row["error"], row
         assert "the host may be half-changed" in row["error"] and "could not put sglang 0.5.9 back" in row["error"]
         assert row["left"] == ["/opt/sglang/venv with sglang 0.5.12.post1 (reinstalling sglang 0.5.9 failed)"], row
         assert row["rolled_back"] is False and row["rollback"], row
@@ -537,7 +537,7 @@ def test_a_rollback_whose_drain_fails_changes_nothing_and_the_next_one_goes_back
         failing = run(run_name, ROLLBACK, inventory(CASES, faulted=False), [name],
                       args=["-e", "sglang_pre_restart_tasks=%s" % FAIL_HOOK, *defer], env_over=PROJECT_CFG)
         assert failing.rc == 2, failing.tail(80)
-        assert ("Fail the hosts whose rollback failed" if not defer else "Fail the host whose rollback failed") \
+        assert ("Fail the hosts whose rollback failed" if not defer else "Fail the host whose run failed") \
             in failing.output, failing.tail(80)
         row = rows(run_name)[name]
         assert row["status"] == "failed" and "load balancer refused" in row["error"] and row["rolled_back"] is False, row
