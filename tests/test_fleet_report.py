@@ -1,4 +1,5 @@
-"""The fleet report callback: rows as hosts finish, aborted runs, failures first."""
+"""The fleet report callback and its model (plugin_utils/_report.py): rows as hosts finish, aborted runs,
+failures first."""
 from __future__ import annotations
 
 import importlib
@@ -21,6 +22,8 @@ def _load():
 
 
 report = _load()
+# The report's model (rows, statuses, fleet.md, the merge), which the callback feeds.
+model = importlib.import_module("ansible_collections.fleetops.sglang.plugins.plugin_utils._report")
 filters = importlib.import_module("ansible_collections.fleetops.sglang.plugins.filter.sglang")
 
 
@@ -233,12 +236,12 @@ def test_the_run_mode_is_what_the_plays_variables_say(tmp_path, monkeypatch, pla
 
 
 def test_a_rolled_back_host_says_what_was_restored_not_patched():
-    row = dict(report.new_row("gpu-1"), decision="patch", sha256_before="a" * 64, sha256_after="b" * 64,
+    row = dict(model.new_row("gpu-1"), decision="patch", sha256_before="a" * 64, sha256_after="b" * 64,
                rolled_back=True, rollback=["/etc/systemd/system/sglang.service restored to sha256 " + "c" * 64])
-    action = report.action_of(row, check_mode=False)
+    action = model.action_of(row, check_mode=False)
     assert action == "rolled back: /etc/systemd/system/sglang.service restored to sha256 " + "c" * 64
-    assert report.action_of(dict(row, rollback=[]), False) == "rolled back: nothing this run had changed"
-    assert report.action_of(dict(row, rolled_back=False), False) == "patched"
+    assert model.action_of(dict(row, rollback=[]), False) == "rolled back: nothing this run had changed"
+    assert model.action_of(dict(row, rolled_back=False), False) == "patched"
 
 
 def test_an_unreachable_host_is_its_own_status_and_needs_attention(callback, tmp_path):
@@ -279,7 +282,7 @@ def test_a_stopped_container_reads_unreachable_not_a_module_failure(callback, tm
 
 
 def test_a_module_failure_with_a_running_container_stays_failed():
-    assert report.unreachable_reason({"module_stderr": "Traceback ...", "msg": "MODULE FAILURE"}) is None
+    assert model.unreachable_reason({"module_stderr": "Traceback ...", "msg": "MODULE FAILURE"}) is None
 
 
 def test_the_report_and_the_lease_name_the_same_run_without_a_channel(callback, tmp_path, monkeypatch):
@@ -438,7 +441,7 @@ def _summary(md):
 def test_the_markdown_has_one_line_per_status_with_its_share_and_hosts():
     rows = ([{"host": "gpu-%02d" % i, "status": "ok"} for i in range(10)]
             + [{"host": "gpu-10", "status": "failed"}, {"host": "gpu-11", "status": "changed"}])
-    lines = report.status_summary(rows, running=False)
+    lines = model.status_summary(rows, running=False)
     summary = _summary("\n".join(lines) + "\n")
     # The table's order (failures first), one line per status present and none for the others.
     assert [line.split("**")[1] for line in summary] == ["failed", "changed", "ok"]
@@ -447,11 +450,11 @@ def test_the_markdown_has_one_line_per_status_with_its_share_and_hosts():
     # At most SUMMARY_HOSTS names, then how many more; the bar is the status's share of the fleet.
     assert ok.endswith("**ok** 10 of 12: " + ", ".join("gpu-%02d" % i for i in range(8)) + " and 2 more")
     bar = ok.split("`")[1]
-    assert len(bar) == report.SUMMARY_BAR and bar.count("#") == round(report.SUMMARY_BAR * 10 / 12)
-    assert failed.split("`")[1].count("#") == round(report.SUMMARY_BAR / 12)
+    assert len(bar) == model.SUMMARY_BAR and bar.count("#") == round(model.SUMMARY_BAR * 10 / 12)
+    assert failed.split("`")[1].count("#") == round(model.SUMMARY_BAR / 12)
     # A status of one host in a large fleet still shows in its bar.
-    large = report.status_summary([{"host": "h%d" % i, "status": "ok" if i else "failed"} for i in range(500)], False)
-    assert large[2].split("`")[1] == "#" + "." * (report.SUMMARY_BAR - 1) and "1 of 500" in large[2]
+    large = model.status_summary([{"host": "h%d" % i, "status": "ok" if i else "failed"} for i in range(500)], False)
+    assert large[2].split("`")[1] == "#" + "." * (model.SUMMARY_BAR - 1) and "1 of 500" in large[2]
 
 
 def test_the_status_summary_is_in_the_written_report_and_calls_hosts_not_reached_yet_pending(callback, tmp_path):

@@ -1,5 +1,5 @@
 """playbooks/lease_break.yml names its hosts: never ``all`` or ``*``, and never more hosts than the
-operator confirms (sglang_lease_break_hosts, default 1). The rule (plugins/module_utils/_rollout.py,
+operator confirms (sglang_lease_break_hosts, default 1). The rule (plugins/plugin_utils/_rollout.py,
 the patterns split into terms as Ansible splits them: plugins/plugin_utils/_hostpattern.py) on its
 own, then the playbook over three local hosts: refused before any lease is touched, and run where
 the count is confirmed."""

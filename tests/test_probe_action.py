@@ -1,4 +1,4 @@
-"""plugins/action/sglang_probe.py and module_utils/_fastpath.py: the fast path's controller side.
+"""plugins/action/sglang_probe.py and plugin_utils/_fastpath.py: the fast path's controller side.
 
 The action must refuse what the role's own argument validation and its preflight task
 refuse, with the same messages (the same code: ArgumentSpecValidator on the role's
@@ -13,9 +13,9 @@ from conftest import COLLECTIONS_PATH, ROLE  # noqa: F401  (puts the collection 
 
 from ansible_collections.fleetops.sglang.plugins.action import sglang_probe as action  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _fastpath as fp  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _fastpath as fp  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs as si  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as rows  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as rows  # noqa: E402
 
 
 def spec() -> dict:

@@ -25,7 +25,7 @@ from conftest import MODULES, REPO, run_module
 from ansible_collections.fleetops.sglang.plugins.module_utils import _live as LIVE
 from ansible_collections.fleetops.sglang.plugins.module_utils import _metrics as METRICS
 from ansible_collections.fleetops.sglang.plugins.module_utils import _reasons as REASONS
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as ROWS
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as ROWS
 
 PLUGINS = REPO / "plugins"
 REASONS_FILE = PLUGINS / "module_utils" / "_reasons.py"

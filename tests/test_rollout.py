@@ -1,9 +1,9 @@
-"""The rollout's plan (plugins/module_utils/_rollout.py, the rollout_plan filter):
+"""The rollout's plan (plugins/plugin_utils/_rollout.py, the rollout_plan filter):
 capacity-bounded batches, canaries per group, and the refusals of sglang_serial."""
 import pytest
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import rollout_plan
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout as r
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rollout as r
 
 HOSTS = ["gpu-%02d" % i for i in range(1, 21)]
 

@@ -1,10 +1,10 @@
-"""plugins/module_utils/_rows.py: the report rows read as data (audit.yml's verdict)."""
+"""plugins/plugin_utils/_rows.py: the report rows read as data (audit.yml's verdict)."""
 from __future__ import annotations
 
 from conftest import COLLECTIONS_PATH  # noqa: F401  (puts the collection on sys.path)
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import FilterModule
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as R
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as R
 
 
 def F(code, text):
@@ -169,7 +169,7 @@ def test_a_skipped_result_counts_as_a_task_that_did_not_run():
     """The transaction registers its put-back and its gate even where it skips them (a remediation
     puts nothing back; an undo on a host that served nothing gates nothing): a skipped result
     is no evidence, not a failed health check."""
-    from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
+    from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
     skipped = {"skipped": True, "changed": False, "false_condition": "_sglang_tx_serve | bool"}
     assert _rows._result(skipped) == {} and _rows._result(None) == {}
     assert _rows._result({"status": 200, "ready": True})["status"] == 200

@@ -32,7 +32,7 @@ from conftest import COLLECTIONS_PATH, DIST, MEMO, MODULES, REPO, ROLE, run_modu
 from ansible_collections.fleetops.sglang.plugins.action import sglang_probe as probe_action  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _parse_server_args as PARSER  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows as ROWS  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as ROWS  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode as MODES  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _serverargs as SERVERARGS  # noqa: E402
 
@@ -176,7 +176,7 @@ def test_the_mode_follows_the_two_variables():
     assert ROWS.run_mode is MODES.run_mode
 
 
-@pytest.mark.parametrize("path", ["plugins/module_utils/_rows.py", "plugins/callback/sglang_report.py",
+@pytest.mark.parametrize("path", ["plugins/plugin_utils/_rows.py", "plugins/callback/sglang_report.py",
                                   "plugins/action/sglang_probe.py", "plugins/modules/sglang_metrics.py"])
 def test_no_second_spelling_of_the_mode_words(path):
     words = {MODES.REMEDIATE, MODES.AUDIT}
@@ -234,7 +234,7 @@ def test_the_verdicts_and_exit_codes_are_spelled_in_the_parser_only():
     assert ".rc" not in configure and not re.search(r"\[\s*0\s*,\s*3\s*,\s*4\s*\]", configure)
     assert "'unavailable'" not in configure and "'refused'" not in configure
     # ("ok" is also the row's health: the words that are the parser's alone, and its exit status.)
-    for path in ("plugins/module_utils/_rows.py", "plugins/modules/sglang_server_flags.py"):
+    for path in ("plugins/plugin_utils/_rows.py", "plugins/modules/sglang_server_flags.py"):
         assert [(n, t) for n, t in _strings(REPO / path) if t in (PARSER.REFUSED, PARSER.UNAVAILABLE, "rc")] == [], path
     tree = ast.parse(FLAGS_MODULE.read_text())
     assert any(isinstance(n, ast.ImportFrom) and n.module.endswith("module_utils") and
@@ -349,7 +349,7 @@ def test_the_filter_and_the_row_give_the_same_list():
 
 def test_the_would_change_words_live_in_rows_only():
     texts = [t for _, t in ROWS.PENDING_CHANGES]
-    allowed = {PLUGINS / "module_utils" / "_rows.py", PLUGINS / "filter" / "pending_changes.yml"}
+    allowed = {PLUGINS / "plugin_utils" / "_rows.py", PLUGINS / "filter" / "pending_changes.yml"}
     for path in sorted(list(PLUGINS.rglob("*.py")) + list(PLUGINS.rglob("*.yml")) + list(ROLE.rglob("*"))):
         if path.is_file() and path not in allowed:
             text = path.read_text()

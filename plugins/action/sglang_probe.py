@@ -40,9 +40,9 @@ from ansible.plugins.loader import lookup_loader
 from ansible.utils.display import Display
 from ansible.utils.vars import combine_vars
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import _fastpath
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _fastpath
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode
 
 display = Display()

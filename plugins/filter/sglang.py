@@ -19,8 +19,8 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs_values as _values
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rows
-from ansible_collections.fleetops.sglang.plugins.module_utils import _rollout
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rollout
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
@@ -105,7 +105,7 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
                  stage: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
-    (plugins/module_utils/_rollout.py). The canaries come from ``canary_by`` (read from
+    (plugins/plugin_utils/_rollout.py). The canaries come from ``canary_by`` (read from
     ``hostvars``/``groups``, where tasks can see them) or, at play level where hostvars cannot be
     read, as the ``canaries`` the probe pass chose (each its own value)."""
     needs = [str(h) for h in (needs_work or [])]
@@ -120,7 +120,7 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
 
 
 def lease_break_errors(hosts: Any, limit: Any = None, target: Any = None, confirmed: Any = 1) -> list[str]:
-    """Why playbooks/lease_break.yml refuses to break the leases of ``hosts`` (plugins/module_utils/_rollout.py)."""
+    """Why playbooks/lease_break.yml refuses to break the leases of ``hosts`` (plugins/plugin_utils/_rollout.py)."""
     return _rollout.lease_break_errors(_hostpattern.terms(limit), limit, _hostpattern.terms(target), target,
                                        [str(h) for h in (hosts or [])], confirmed)
 
@@ -131,13 +131,13 @@ def soak_verdict(result: Any) -> str:
 
 
 def report_merge(parts: Any, expect_hosts: Any = None, rollout_id: Any = None) -> dict[str, Any]:
-    """The fleet reports of one rollout's jobs as one (plugins/callback/sglang_report.py's merge_reports):
+    """The fleet reports of one rollout's jobs as one (plugin_utils/_report.py's merge_reports, the callback's model):
     ``report`` (the fleet.json document), ``markdown`` (fleet.md), ``attention`` (the hosts that need it) and
     ``errors`` (a refused merge).
 
     Each part is a path or a glob of fleet.json files on the controller (expanded and read here), a pair
     [path, fleet.json text], or {path, report} with the parsed document."""
-    from ansible_collections.fleetops.sglang.plugins.callback import sglang_report
+    from ansible_collections.fleetops.sglang.plugins.plugin_utils import _report as sglang_report
 
     pairs, errors = [], []
     for part in list(parts or []):

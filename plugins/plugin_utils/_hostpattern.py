@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Iterable, List
 
 from ansible.inventory.manager import split_host_pattern
-from ansible_collections.fleetops.sglang.plugins.module_utils._rows import MAINTENANCE_GROUP
+from ansible_collections.fleetops.sglang.plugins.plugin_utils._rows import MAINTENANCE_GROUP
 
 
 def terms(pattern: Any) -> List[str]:
