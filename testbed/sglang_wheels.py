@@ -71,7 +71,7 @@ def extract_server_args(version: str, root: Path) -> Path:
     """``root`` as a site-packages holding the files that define the release's launch flags.
 
     ``sglang/srt/server_args.py`` and, from 0.5.20, ``sglang/srt/arg_groups/fields/*.py``
-    (plus the dist-info METADATA): what plugins/module_utils/_flagtable.py reads.
+    (plus the dist-info METADATA): what plugins/module_utils/_release_flags.py reads.
     """
     wheel = fetch_wheel(version)
     info = "sglang-%s.dist-info/METADATA" % version

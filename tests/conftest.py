@@ -130,8 +130,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio as 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _hunks as HUNKS  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _memo as MEMO  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _patches as PATCHES  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _runstate as RUNSTATE  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _shapes as SHAPES  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _fingerprint as RUNSTATE  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _families as SHAPES  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _verify as VERIFY  # noqa: E402
 
 

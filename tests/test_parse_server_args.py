@@ -8,7 +8,7 @@ with only the packages prepare_server_args needs. What is proven here:
   names the variable, the rendered 16 and the 2 SGLang would run;
 * an alias in sglang_extra_args that the static check would refuse is also
   caught by the comparison (the static check is bypassed to show it);
-* the flag table _flagtable reads with ast equals SGLang's argparse;
+* the flag table _release_flags reads with ast equals SGLang's argparse;
 * sglang_server_flags (its ``resolve``) runs the same script with a release's Python and
   maps its verdict: as rendered passes, a rewrite fails the module.
 
@@ -51,8 +51,8 @@ def _load(name):
 
 
 RULES = _load("_speculative")
-FLAGS = _load("_serverargs")
-FLAG_TABLE = _load("_flagtable")
+FLAGS = _load("_extra_args")
+FLAG_TABLE = _load("_release_flags")
 PARSER = _load("_parse_server_args")
 OK, REFUSED = (PARSER.EXIT_STATUS[PARSER.OK], PARSER.OK), (PARSER.EXIT_STATUS[PARSER.REFUSED], PARSER.REFUSED)
 VARIABLES = dict(FLAGS.MANAGED_FLAGS)

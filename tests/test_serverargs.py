@@ -1,4 +1,4 @@
-"""plugins/module_utils/_flagtable.py and _serverargs.py on the real server_args.py of each
+"""plugins/module_utils/_release_flags.py and _extra_args.py on the real server_args.py of each
 release.
 
 The table is read with ``ast`` from the downloaded wheels (one release per family
@@ -22,11 +22,11 @@ import pytest
 import sglang_wheels
 from conftest import MODULE_UTILS_DIR
 
-spec = importlib.util.spec_from_file_location("_serverargs", MODULE_UTILS_DIR / "_serverargs.py")
+spec = importlib.util.spec_from_file_location("_extra_args", MODULE_UTILS_DIR / "_extra_args.py")
 S = importlib.util.module_from_spec(spec)
-sys.modules["_serverargs"] = S
+sys.modules["_extra_args"] = S
 spec.loader.exec_module(S)
-from ansible_collections.fleetops.sglang.plugins.module_utils import _flagtable as T  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _release_flags as T  # noqa: E402
 
 # One release per family and the matrix boundaries (docs/docsite/rst/guide_releases.rst).
 RELEASES = ["0.5.4.post2", "0.5.7", "0.5.8", "0.5.9", "0.5.10.post1", "0.5.11", "0.5.12.post1",
@@ -46,7 +46,7 @@ def tables(tmp_path_factory) -> Dict[str, dict]:
 
 
 def test_module_is_python39_syntax():
-    source = (MODULE_UTILS_DIR / "_serverargs.py").read_text()
+    source = (MODULE_UTILS_DIR / "_extra_args.py").read_text()
     ast.parse(source, feature_version=(3, 9))
     imports = {n.names[0].name.split(".")[0] for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Import)}
     # The collection's own module_utils ship with it (and are stdlib only themselves).

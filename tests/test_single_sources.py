@@ -34,7 +34,7 @@ from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters
 from ansible_collections.fleetops.sglang.plugins.module_utils import _parse_server_args as PARSER  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as ROWS  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode as MODES  # noqa: E402
-from ansible_collections.fleetops.sglang.plugins.module_utils import _serverargs as SERVERARGS  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _extra_args as SERVERARGS  # noqa: E402
 
 PLUGINS = REPO / "plugins"
 FLAGS_MODULE = MODULES / "sglang_server_flags.py"

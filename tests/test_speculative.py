@@ -335,7 +335,7 @@ def test_render_refuses_incident_triple():
 
 
 def test_render_leaves_managed_flag_judgement_to_the_release_aware_check():
-    """Whether --tp re-sets --tp-size depends on the installed parser (_serverargs
+    """Whether --tp re-sets --tp-size depends on the installed parser (_extra_args
     judges it on the host before any write); rendering must not be the first place a
     bad variable is noticed, so it keeps extra args verbatim and refuses only non-strings."""
     assert _fixed(extra_args=["--tp", "4"])[-2:] == ["--tp", "4"]

@@ -9,7 +9,7 @@ its own file:
 
 * ``_distribution``: where SGLang is installed, RECORD and METADATA;
 * ``_hunks``: parse, apply and reverse the patch hunks, classify a file;
-* ``_shapes``: the release family read from the code, the decision table;
+* ``_families``: the release family read from the code, the decision table;
 * ``_verify``: grep evidence, compilation, the semantic check and the
   forward-capture check (``_forward``: the release's capture code, executed);
 * ``_fileio``: atomic writes;
@@ -38,7 +38,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._changeset import 
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, read_bytes_text, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils._hunks import FileProbe, Hunk, apply_hunks, parse_patch, probe_file
 from ansible_collections.fleetops.sglang.plugins.module_utils._patches import PATCHES
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import (
     DEFAULT_LAYER_IDS,
     Shape,
     decide,

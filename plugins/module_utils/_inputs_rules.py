@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Mapping
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
-from ansible_collections.fleetops.sglang.plugins.module_utils._serverargs import secret_flag, secret_flag_error
+from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import secret_flag, secret_flag_error
 from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_values import (
     ENV_KEY_RE,
     FIRST_SUPPORTED,

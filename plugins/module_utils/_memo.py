@@ -26,7 +26,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _eagle3 as 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio
 from ansible_collections.fleetops.sglang.plugins.module_utils import _hunks
 from ansible_collections.fleetops.sglang.plugins.module_utils import _patches
-from ansible_collections.fleetops.sglang.plugins.module_utils import _shapes
+from ansible_collections.fleetops.sglang.plugins.module_utils import _families
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward_code
@@ -36,14 +36,14 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _forward_st
 from ansible_collections.fleetops.sglang.plugins.module_utils import _verify
 from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, module_source, sha256_hex
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import validate_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import validate_layer_ids
 
 # 2: the key hashes every engine file, not only the one the engine used to be.
 AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/test_audit_memo.py checks the list against the imports).
-ENGINE_MODULES = (_changeset, _distribution, _fileio, _hunks, _patches, _shapes, _speculative, _verify, _forward,
+ENGINE_MODULES = (_changeset, _distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
                   _forward_code, _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 

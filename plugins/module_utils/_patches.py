@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The patch hunks, as data shipped with the engine (sglang_eagle3 and sglang_probe import them).
 
-One text per patch, named as the decision table names it (``_shapes.FAMILY_TEMPLATES``
+One text per patch, named as the decision table names it (``_families.FAMILY_TEMPLATES``
 and the companions). Each line the patch adds carries ``MARKER``, so that a patched file
 says what patched it. Stdlib only; hosts run it.
 

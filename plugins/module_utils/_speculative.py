@@ -226,7 +226,7 @@ def _check_extra_args(extra_args: Sequence[Any]) -> None:
 
     Whether an item re-sets a managed flag depends on the installed release (its
     aliases, and prefixes where its parser allows abbreviations): the host judges
-    that, before any write, with _serverargs, the one copy of that rule.
+    that, before any write, with _extra_args, the one copy of that rule.
     """
     for arg in extra_args:
         if not isinstance(arg, str):

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import DEEPSEEK_FILE, EngineError
 from ansible_collections.fleetops.sglang.plugins.module_utils._forward import forward_check, forward_summary
 from ansible_collections.fleetops.sglang.plugins.module_utils._hunks import function_spans, segment
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import (
     MODEL_FORWARD,
     MODEL_INIT,
     SET_EAGLE3,

@@ -175,7 +175,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, sha256_hex
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import capture_errors
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import capture_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
     get_layer_ids,
     ignored_layer_keys,

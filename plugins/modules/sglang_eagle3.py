@@ -354,7 +354,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import DEFAULT_LAYER_IDS
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import DEFAULT_LAYER_IDS
 
 
 def main():

@@ -116,7 +116,7 @@ active:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
     changed_components,
     current_fingerprint,
     describe,

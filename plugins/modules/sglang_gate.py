@@ -249,7 +249,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils._live import (
     authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge, read_key_file, redacted,
     tokens_per_s)
-from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import record
+from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import record
 
 
 def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep, request=http_request):

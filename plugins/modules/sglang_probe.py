@@ -148,7 +148,7 @@ options:
   extra_args:
     description:
       - C(sglang_extra_args), judged against the flags the installed release accepts (read from its
-        C(server_args.py) with C(ast), see C(plugins/module_utils/_serverargs.py)) when the pinned
+        C(server_args.py) with C(ast), see C(plugins/module_utils/_extra_args.py)) when the pinned
         release is installed. Any error fails the probe before anything on the host is touched.
       - Taken as given (C(elements=raw)) so that a non-string item is refused, not converted.
     type: list
@@ -723,14 +723,14 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._distribution impo
 from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized, store_audit_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils._shapes import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils._flagtable import store_table_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils._serverargs import check_venv, refusal
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._release_flags import store_table_memo
+from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import check_venv, refusal
 from ansible_collections.fleetops.sglang.plugins.module_utils._live import authorized, http_request, read_live
 from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import classify, update
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
     FILE_CODES, codes, finding, release_not_pinned)
-from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
     changed_components, current_fingerprint, load_recorded, record, service_active)
 from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import get_layer_ids, same_ids
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES

@@ -200,7 +200,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils import _parse_serv
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     EngineError, NotInstalled, find_installation)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import module_source
-from ansible_collections.fleetops.sglang.plugins.module_utils._serverargs import MANAGED_FLAGS, check_venv, refusal
+from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import MANAGED_FLAGS, check_venv, refusal
 
 
 def installed_release(venv):

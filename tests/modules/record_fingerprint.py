@@ -5,12 +5,12 @@
 """Test double: record a fingerprint as sglang_gate's ``record`` does, without a server to gate.
 
 Only for tests (ANSIBLE_LIBRARY=tests/modules): the role records through sglang_gate once a
-restart passed its gates; both write with module_utils/_runstate.record.
+restart passed its gates; both write with module_utils/_fingerprint.record.
 """
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils._runstate import current_fingerprint, record
+from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import current_fingerprint, record
 
 
 def main() -> None:

@@ -15,11 +15,11 @@ or late, and none of them can be seen without knowing the release's own flags:
 * some flags route DeepSeek's decoder layers through code that captures no aux
   hidden states for the EAGLE-3 draft (see ``CAPTURE_BREAKING``).
 
-So the release's own option table is read first (``_flagtable``, from its
+So the release's own option table is read first (``_release_flags``, from its
 files with ``ast``), and the arguments are judged against it here.
 
 Stdlib only, Python 3.9 compatible: modules import it on the host as
-``ansible_collections.fleetops.sglang.plugins.module_utils._serverargs``
+``ansible_collections.fleetops.sglang.plugins.module_utils._extra_args``
 and pytest imports it directly.
 """
 
@@ -31,7 +31,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import EngineError, find_installation
-from ansible_collections.fleetops.sglang.plugins.module_utils._flagtable import (
+from ansible_collections.fleetops.sglang.plugins.module_utils._release_flags import (
     SERVER_ARGS_FILE,
     read_flag_table_memoized,
 )

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The option table of an installed SGLang release, read from its source, and its memo.
 
-What _serverargs judges ``sglang_extra_args`` against: the option strings,
+What _extra_args judges ``sglang_extra_args`` against: the option strings,
 their ``dest`` and whether each takes a value, read from the release's own files
 with ``ast`` (no import: there is no torch on most hosts that run this):
 
@@ -21,7 +21,7 @@ The table is memoized on this reader's source and every byte it reads (the flags
 memo: parsing ~10k lines costs far more than hashing them).
 
 Stdlib only, Python 3.9 compatible: modules import it on the host as
-``ansible_collections.fleetops.sglang.plugins.module_utils._flagtable``.
+``ansible_collections.fleetops.sglang.plugins.module_utils._release_flags``.
 """
 
 from __future__ import annotations
