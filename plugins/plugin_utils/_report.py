@@ -8,8 +8,6 @@ end build it there)."""
 from __future__ import annotations
 
 import datetime
-import json
-import re
 from collections.abc import Mapping
 from typing import Any, Dict, List, Optional, Tuple
 
