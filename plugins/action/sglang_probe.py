@@ -189,6 +189,9 @@ class ActionModule(ActionBase):
 
         A bad variable is then refused with its preflight message, not by the first
         argument expression it breaks (ansible-core 2.21, the oldest meta/runtime.yml allows).
+
+        Not public API: ansible-core 2.21 marks ActionBase.finalize_task_arg experimental, and no
+        public hook lets an action see its arguments before they are templated.
         """
         return value
 
@@ -279,7 +282,11 @@ class ActionModule(ActionBase):
         return RenderCache.key(path, source, values)
 
     def _join(self, group):
-        """Put this host in ``group`` (the rollout's hosts), as group_by would."""
+        """Put this host in ``group`` (the rollout's hosts), as group_by would.
+
+        Not public API: ActionBase.add_group (and register_host_variables below) are experimental in
+        ansible-core 2.21. The public way, a group_by and a set_fact task, costs two more tasks on every
+        host of the probe pass; meta/runtime.yml bounds requires_ansible to the releases the suite runs."""
         self.add_group(group, parent_group_names=["all"])
 
     def _set_facts(self, facts):
