@@ -207,8 +207,6 @@ def known_out(play: Any, inventory: Any, pattern: Any, targeted: List[str]) -> L
             if h.get_name() in out and h.get_name() not in targeted]
 
 
-
-
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
