@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -105,14 +106,32 @@ def chromium_argv(binary: Path, profile: str, width: int, height: int, budget_ms
 
 
 @contextlib.contextmanager
-def _profile() -> Iterator[str]:
-    with tempfile.TemporaryDirectory(prefix="browser-profile-") as tmp:
+def profile() -> Iterator[str]:
+    """A throwaway profile (and HOME) for one Chromium run, removed afterwards. Chromium's helper
+    processes (crashpad, the zygote's children) can outlive the browser by a moment and still write
+    there: the removal retries for a few seconds, then leaves what is still being written rather
+    than failing the test that took the picture."""
+    tmp = tempfile.mkdtemp(prefix="browser-profile-")
+    try:
         yield tmp
+    finally:
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                shutil.rmtree(tmp)
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                    break
+                time.sleep(0.2)
 
 
 def _run(args: Sequence[str], timeout: int) -> subprocess.CompletedProcess:
     # HOME under the profile too: Chromium writes caches and crash data there.
-    with _profile() as tmp:
+    with profile() as tmp:
         argv = [a.replace("{profile}", tmp) for a in args]
         env = dict(os.environ, HOME=tmp)
         return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

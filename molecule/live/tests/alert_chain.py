@@ -210,7 +210,7 @@ def screenshot_after_click(url: str, path: Path, ready: str, click: str, width: 
     --screenshot cannot do; this drives the same headless Chromium, with the same flags, over
     its DevTools pipe."""
     deadline = time.monotonic() + timeout
-    with tempfile.TemporaryDirectory(prefix="browser-profile-") as profile:
+    with browser.profile() as profile:
         argv = [arg for arg in browser.chromium_argv(browser.ensure_chromium(), profile, width, 900, 0)
                 if not arg.startswith("--virtual-time-budget")]
         to_r, to_w = os.pipe()
