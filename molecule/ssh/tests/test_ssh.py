@@ -155,6 +155,15 @@ def test_a_run_that_meets_a_held_lease_fails_naming_the_holder():
                  "lease taken 20", "sglang_lock_timeout"):
         assert part in error, error
     assert starts(H1) == 2 and server_info(H1)["speculative_num_steps"] == 7  # nothing was touched
+    # A rollback that meets the held lease fails the same way, and its row says so (the lease is
+    # taken inside the rollback's block, so its run end writes the row); nothing is put back.
+    back = run("rollback-held", playbook="rollback.yml", extra_vars={"sglang_lock_timeout": 0}, args=["--limit", H1])
+    assert back.rc == 2, back.tail(80)
+    row = rows("rollback-held")[H1]
+    assert row["status"] == "failed" and row["rolled_back"] is False and row["restarts"] == 0, row
+    assert "run 20261201T090000Z-remediate-777" in row["error"] and "sglang_lock_timeout" in row["error"], row
+    assert starts(H1) == 2 and server_info(H1)["speculative_num_steps"] == 7
+    assert json.loads(sh(H1, "cat %s" % LEASE))["run_id"] == "20261201T090000Z-remediate-777"  # not taken over
     sh(H1, "rm -f %s" % LEASE)
 
 
