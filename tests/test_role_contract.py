@@ -127,3 +127,25 @@ def test_task_names_template_only_what_is_always_defined():
                 if undefined:
                     wrong.append("%s: %r reads %s" % (path.name, name, sorted(undefined)))
     assert not wrong, wrong
+
+
+# The run record: assembled once at the run's end (report.yml, fact _sglang_run); what reads a
+# run after its end reads that structure and none of the fields the steps write as they go.
+RECORD_FIELDS = re.compile(r"\b(_sglang_(?:error|failed_task|drained|soak|restarted|gate|failed_gate|undo|closed)"
+                           r"|sglang_live_metrics)\b")
+
+
+def test_what_reads_a_finished_run_reads_the_run_record_only():
+    readers = {ROLE / "tasks" / "soak.yml", ROLE / "tasks" / "batch_end.yml", ROLE / "tasks" / "run_end.yml",
+               ROLE / "tasks" / "metrics.yml", *(ROOT / "playbooks").glob("*.yml")}
+    for path in sorted(readers):
+        code = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
+        assert not RECORD_FIELDS.findall(code), (path.name, RECORD_FIELDS.findall(code))
+    for name in ("soak.yml", "batch_end.yml", "run_end.yml"):
+        assert "_sglang_run" in (ROLE / "tasks" / name).read_text(), name
+    record = yaml.safe_load((ROLE / "tasks" / "report.yml").read_text())[0]
+    assert set(record["ansible.builtin.set_fact"]) == {"_sglang_run", "sglang_remediation"}
+    assert {"drained", "soak", "error", "failed_task"} <= set(record["vars"]["_sglang_run_now"])
+    # Reset with the fields it is assembled from, in one place.
+    reset = yaml.safe_load((ROLE / "tasks" / "run_record.yml").read_text())[0]["ansible.builtin.set_fact"]
+    assert reset["_sglang_run"] is None

@@ -173,3 +173,13 @@ def test_a_skipped_result_counts_as_a_task_that_did_not_run():
     skipped = {"skipped": True, "changed": False, "false_condition": "_sglang_tx_serve | bool"}
     assert _rows._result(skipped) == {} and _rows._result(None) == {}
     assert _rows._result({"status": 200, "ready": True})["status"] == 200
+
+
+def test_the_row_leaves_out_the_run_records_own_fields():
+    """The run record (tasks/report.yml) carries whether the host is out of rotation and what the soak
+    re-reads; the row built from it does not, and is the row of the same record without them."""
+    soak = {"url": "http://127.0.0.1:30000", "api_key_file": "/etc/sglang/keys.yaml", "expected": {},
+            "accept_length_min": 2.5, "request_timeout": 30, "prompts": ["p"]}
+    with_own = build(drained=True, soak=soak, error="boom", failed_task="t")
+    assert "drained" not in with_own and "soak" not in with_own
+    assert with_own == build(error="boom", failed_task="t")

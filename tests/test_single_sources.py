@@ -197,8 +197,10 @@ def test_the_playbooks_say_the_mode_in_the_variables_the_rows_read():
              (p.get("vars") or {}).get("sglang_fleet_report") == "pass"]
     assert fleet and all(p["vars"]["sglang_audit"] is True for p in fleet)
     assert plays["rollback.yml"][0]["vars"]["_sglang_rollback_run"] is True
-    report = (TASKS / "report.yml").read_text()
-    assert "'audit': sglang_audit | bool" in report and "_sglang_rollback_run" in report
+    # The run record (report.yml) takes the mode from those same variables.
+    record = yaml.safe_load((TASKS / "report.yml").read_text())[0]["vars"]["_sglang_run_now"]
+    assert record["audit"] == "{{ sglang_audit | bool }}"
+    assert "_sglang_rollback_run" in record["rollback_run"]
 
 
 def test_the_probes_textfile_gets_the_rows_mode():

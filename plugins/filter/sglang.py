@@ -38,8 +38,9 @@ def noncompliant_hosts(hosts: Any, rows: Any) -> list[str]:
 
 
 def remediation_row(results: Any) -> dict[str, Any]:
-    """The host's fleet report row from the run's structured results (tasks/report.yml)."""
-    results = dict(results or {})
+    """The host's fleet report row from its run record (tasks/report.yml), less the record's own
+    fields (_rows.RECORD_ONLY)."""
+    results = {key: value for key, value in dict(results or {}).items() if key not in _rows.RECORD_ONLY}
     return _rows.remediation_row(results.pop("host"), results.pop("wanted_release"), **results)
 
 

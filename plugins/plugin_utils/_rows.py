@@ -27,6 +27,12 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import ru
 DEEPSEEK_NAME = "deepseek_v2.py"
 
 
+# The run record's fields that are not the row's (tasks/report.yml assembles the record, fact
+# _sglang_run): whether the host is out of rotation now (the batch end counts it) and what the
+# rollout's soak re-reads (tasks/soak.yml).
+RECORD_ONLY = ("drained", "soak")
+
+
 def _result(value: Any) -> Mapping[str, Any]:
     """A registered result as a mapping ({} when the task did not run, was skipped or registered nothing)."""
     return value if isinstance(value, Mapping) and not value.get("skipped") else {}
