@@ -102,6 +102,55 @@ def test_the_rollout_play_rebuilds_the_same_plan_from_the_canaries_the_probe_pas
     assert rollout_plan(needs, 10, canaries=[])["canaries"] == ["a"]
 
 
+def _add_hosts(handover):
+    """The inventory groups that tasks/rollout_plan.yml's add_host loop makes of a plan's handover."""
+    groups = {}
+    for host, names in handover.items():
+        for name in names:
+            groups.setdefault(name, []).append(host)
+    return groups
+
+
+@pytest.mark.parametrize("kw", [
+    dict(max_unavailable=2, canary_by="release"),
+    dict(max_unavailable=3, canary_by="release", unavailable=["z"]),
+    dict(serial=[1, "50%"]),
+    dict(max_unavailable=2, canary_by="release", stage="canaries"),
+    dict(max_unavailable=2, stage="after_canaries"),
+])
+def test_the_plan_handed_over_in_groups_is_the_plan_the_probe_pass_made(kw):
+    needs = ["a", "b", "c", "d", "e"]
+    hostvars = {h: {"sglang_version": "0.5.14" if h in ("c", "e") else "0.5.9"} for h in needs}
+    probe = rollout_plan(needs, 10, hostvars=hostvars, groups={}, **kw)
+    assert probe["errors"] == []
+    groups = dict(_add_hosts(probe["handover"]), sglang=needs + ["z"], all=needs + ["z"])
+    play = rollout_plan(groups, 10, handed_over=True, **{k: v for k, v in kw.items()
+                                                         if k in ("max_unavailable", "serial", "stage")})
+    for key in ("order", "serial", "canaries", "unavailable", "max_unavailable", "budget"):
+        assert play[key] == probe[key], key
+    # Only the probe pass's lists travel, each in its one group (the names are _rollout's).
+    assert set(groups) - {"sglang", "all"} <= set(dict(r.HANDOVER).values())
+    assert groups.get(r.NEXT_STAGE_GROUP, []) == probe["next_stage"]
+
+
+def test_a_refused_plan_hands_nothing_over():
+    refused = rollout_plan(["a", "b"], 2, max_unavailable="lots")
+    assert refused["errors"] and refused["handover"] == {}
+
+
+def test_the_handover_groups_are_named_in_one_place():
+    import pathlib
+    repo = pathlib.Path(r.__file__).resolve().parents[2]
+    assert (repo / "roles" / "sglang" / "tasks" / "rollout_plan.yml").exists(), repo
+    names = [group for _key, group in r.HANDOVER]
+    for path in [*repo.glob("playbooks/*.yml"), *repo.glob("roles/sglang/tasks/*.yml"),
+                 *repo.glob("plugins/**/*.py")]:
+        if path.name == "_rollout.py":
+            continue
+        text = path.read_text()
+        assert not [n for n in names if n in text], path
+
+
 @pytest.mark.parametrize("seconds,action,bad", [
     (0, None, []), ("300", "rollback", []), (300, "stop", []),
     ("5m", None, ["sglang_soak_seconds='5m'"]), (-1, None, ["sglang_soak_seconds=-1"]),

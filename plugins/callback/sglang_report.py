@@ -117,12 +117,12 @@ from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import process_started, run_id_of
-from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import STAGE_ALL
+from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import NEXT_STAGE_GROUP, STAGE_ALL
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._rows import MAINTENANCE_GROUP, skip_host_names
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._report import (
-    FACT, NEXT_STAGE, NEXT_STAGE_GROUP, SKIPPED, SOAK_FACT, action_of, as_bool, counts, live_columns, new_row, plain,
+    FACT, NEXT_STAGE, SKIPPED, SOAK_FACT, action_of, as_bool, counts, live_columns, new_row, plain,
     render_markdown, run_result, unreachable_reason,
 )
 

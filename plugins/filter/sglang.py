@@ -104,20 +104,29 @@ def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
 def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = None, serial: Any = None,
                  canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
-                 stage: Any = None) -> dict[str, Any]:
+                 stage: Any = None, handed_over: Any = False) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
-    (plugins/plugin_utils/_rollout.py). The canaries come from ``canary_by`` (read from
-    ``hostvars``/``groups``, where tasks can see them) or, at play level where hostvars cannot be
-    read, as the ``canaries`` the probe pass chose (each its own value)."""
+    (plugins/plugin_utils/_rollout.py), and ``handover``: each host with the groups that carry the
+    plan to the next play. The canaries come from ``canary_by`` (read from ``hostvars``/``groups``,
+    where tasks can see them) or, at play level where hostvars cannot be read, as the ``canaries``
+    the probe pass chose (each its own value).
+
+    With ``handed_over`` true the input is the inventory's ``groups``, and the host order, the
+    canaries and the lost hosts are the plan the probe pass handed over in them."""
+    if handed_over:
+        lists = _rollout.handed_over(needs_work or {})
+        needs_work, canaries, unavailable = lists["order"], lists["canaries"], lists["unavailable"]
     needs = [str(h) for h in (needs_work or [])]
     values = None
     if canaries is None and canary_by not in (None, ""):
         values = {h: _rollout.canary_value(h, str(canary_by), hostvars or {}, groups or {}) for h in needs}
     size = fleet_size if isinstance(fleet_size, int) else len(list(fleet_size or []))
-    return _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
-                         unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
-                         on_soak_failure=on_soak_failure,
-                         canaries=None if canaries is None else [str(h) for h in canaries], stage=stage)
+    doc = _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
+                        unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
+                        on_soak_failure=on_soak_failure,
+                        canaries=None if canaries is None else [str(h) for h in canaries], stage=stage)
+    doc["handover"] = _rollout.handover(doc)
+    return doc
 
 
 def lease_break_errors(hosts: Any, limit: Any = None, target: Any = None, confirmed: Any = 1) -> list[str]:

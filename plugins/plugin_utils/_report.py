@@ -23,9 +23,8 @@ ATTENTION = ("failed", "unreachable", "aborted", "not reached")
 # patterns leave it out, it counts against no limit, and its row says so.
 SKIPPED = "skipped (maintenance)"
 # A host that needs work, left by a canary stage's run (sglang_rollout_stage=canaries) for the job after
-# it: the playbook hands them to this group (tasks/rollout_plan.yml).
+# it: the playbook hands them to a group (_rollout.NEXT_STAGE_GROUP, tasks/rollout_plan.yml).
 NEXT_STAGE = "next stage"
-NEXT_STAGE_GROUP = "sglang_next_stage"
 STATUS_ORDER = ATTENTION + ("running", "noncompliant", "would change", "changed", "adopted", "would adopt", "ok",
                             NEXT_STAGE, SKIPPED)
 

@@ -39,6 +39,38 @@ UNSET = "(unset)"
 # Names of sglang_canary_by that are not host variables: what the host will run.
 CANARY_ALIASES = {"release": "sglang_version"}
 
+# The plan between plays (playbooks/remediate.yml). A play's hosts and serial are templated without
+# hostvars, so the probe pass hands its plan to the rollout play in inventory groups: each list of
+# the plan below goes to its group (handover(), tasks/rollout_plan.yml's one add_host), and the
+# rollout play builds the same plan back from them (handed_over(), the rollout_plan filter with
+# handed_over=true). These names are written here and nowhere else.
+HANDOVER = (("order", "sglang_rollout_order"), ("canaries", "sglang_canaries"),
+            ("unavailable", "sglang_probe_lost"), ("next_stage", "sglang_next_stage"))
+NEXT_STAGE_GROUP = dict(HANDOVER)["next_stage"]
+# Also read at play level, and set by the tasks that stop a rollout (the probe pass's limit or a
+# refused plan, a batch's limit, a failed soak) and by the probe (the hosts that need work): the
+# rollout play runs no host once STOPPED exists; the last play fails the hosts of SOAK_FAILED.
+NEEDS_WORK_GROUP = "sglang_needs_work"
+STOPPED_GROUP = "sglang_rollout_stopped"
+SOAK_FAILED_GROUP = "sglang_soak_failed"
+
+
+def handover(doc: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """Each host of the plan ``doc`` with the groups that carry it to the rollout play, the hosts in
+    the plan's order (the rollout play's order is the group's); nothing for a refused plan."""
+    out: Dict[str, List[str]] = {}
+    if doc.get("errors"):
+        return out
+    for key, group in HANDOVER:
+        for host in doc.get(key) or []:
+            out.setdefault(str(host), []).append(group)
+    return out
+
+
+def handed_over(groups: Mapping[str, Any]) -> Dict[str, List[str]]:
+    """The plan's lists back from the inventory's groups (the rollout play's side of handover())."""
+    return {key: [str(h) for h in (groups.get(group) or [])] for key, group in HANDOVER}
+
 
 def _count(value: Any) -> Optional[tuple]:
     """(number, is_percent) for 3, "3", "25%"; None for anything else."""
