@@ -174,3 +174,75 @@ def test_a_key_file_that_cannot_be_read_fails_the_gate_once_healthy(tmp_path, ru
     # A file that is not there is no key (the role removes it when none is set): the gate goes on.
     rc, res = run_module(GATE, tmp_path, dict(args, api_key_file=str(tmp_path / "no-such.keys.yaml")))
     assert rc == 0 and res["ready"] and "info" in res, res
+
+
+# --- a server that exits is not waited out (the unit read between polls) ---------------------------
+
+
+def _unit_stubs(tmp_path, show: str, journal: str = "") -> None:
+    """systemctl and journalctl for run_module's PATH (its own stub is only written where none is)."""
+    bin_dir = tmp_path / "bin-active"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text("#!/bin/sh\ncat <<'EOF'\n%sEOF\n" % show)
+    (bin_dir / "journalctl").write_text("#!/bin/sh\ncat <<'EOF'\n%sEOF\n" % journal)
+    for stub in ("systemctl", "journalctl"):
+        (bin_dir / stub).chmod(0o755)
+
+
+def test_a_server_that_exited_ends_the_wait_at_once_with_its_exit_and_journal_redacted(tmp_path):
+    key, token = "sk-live-0123456789", "hf_secret_value_42"
+    (tmp_path / "keys.yaml").write_text('api-key: "%s"\n' % key)
+    (tmp_path / "sglang.env").write_text('HOME=/var/lib/sglang\nHF_TOKEN="%s"\nEXTRA="1"\n' % token)
+    _unit_stubs(tmp_path, "ActiveState=activating\nSubState=auto-restart\nNRestarts=3\nMainPID=0\n"
+                          "ExecMainCode=1\nExecMainStatus=1\nResult=exit-code\n",
+                "server_args=ServerArgs(model_path='/models/x', api_key='%s', port=30000)\n"
+                "env: HF_TOKEN=%s, key again %s\nmodel warmup failed\n" % (key, token, key))
+    start = time.monotonic()
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % free_port(), wait=60, delay=0.2,
+                                              service="sglang", api_key_file=str(tmp_path / "keys.yaml"),
+                                              environment_file=str(tmp_path / "sglang.env")))
+    assert rc == 0, res
+    assert time.monotonic() - start < 30, "the wait was not cut short"
+    assert res["ready"] is False and res["crashed"] is True and res["polls"] == 1 and res["waited"] < 30
+    assert res["exit"] == {"state": "activating (auto-restart)", "restarts": 3, "exit": "exited with status 1",
+                           "result": "exit-code"}
+    assert res["journal"][-1] == "model warmup failed" and len(res["journal"]) == 3
+    text = "\n".join(res["journal"])
+    assert key not in text and token not in text and "api_key='<redacted>'" in text, text
+    assert "exited with status 1" in res["msg"] and "3 restarts by systemd" in res["msg"]
+
+
+def test_a_unit_that_still_runs_its_server_is_waited_for(tmp_path):
+    _unit_stubs(tmp_path, "ActiveState=active\nSubState=running\nNRestarts=0\nMainPID=4242\n"
+                          "ExecMainCode=0\nExecMainStatus=0\nResult=success\n")
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % free_port(), wait=1, delay=0.2,
+                                              service="sglang"))
+    assert rc == 0, res
+    assert res["ready"] is False and res["crashed"] is False and res["polls"] >= 2 and "exit" not in res
+
+
+def test_what_counts_as_a_server_that_left_its_running_state():
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _live
+    running = {"ActiveState": "active", "SubState": "running", "NRestarts": "0", "MainPID": "10"}
+    assert _live.unit_exit(running, running) is None
+    assert _live.unit_exit({}, {"ActiveState": "activating", "SubState": "start"}) is None  # still starting
+    for now in ({"SubState": "auto-restart"}, {"ActiveState": "failed"}, {"ActiveState": "inactive"},
+                dict(running, NRestarts="1"), dict(running, MainPID="11")):
+        assert _live.unit_exit(running, dict(running, **now)) is not None, now
+    assert _live.exit_text({"ExecMainCode": "2", "ExecMainStatus": "9"}) == "killed by signal 9 (SIGKILL)"
+    assert _live.exit_text({"ExecMainCode": "3", "ExecMainStatus": "11"}) == "dumped core on signal 11 (SIGSEGV)"
+
+
+def test_log_lines_lose_every_secret_but_keep_what_only_looks_like_one():
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _live
+    lines = {
+        "ServerArgs(api_key='sk-1', admin_api_key=\"adm-2\", hf_token=None)":
+            "ServerArgs(api_key='<redacted>', admin_api_key=\"<redacted>\", hf_token=<redacted>)",
+        "HF_TOKEN=hf_abc OTHER=1": "HF_TOKEN=<redacted> OTHER=1",
+        "--api-key sk-0123456789 --port 30000": "--api-key <redacted> --port 30000",
+        "Authorization: Bearer abc.def": "Authorization: Bearer <redacted>",
+        "max_new_tokens=64 tokens_per_s=88.1 the token budget": "max_new_tokens=64 tokens_per_s=88.1 the token budget",
+        "a known value: s3cr3t-value here": "a known value: <redacted> here",
+    }
+    for line, want in lines.items():
+        assert _live.redact_text(line, ["s3cr3t-value"]) == want, line

@@ -134,6 +134,70 @@ def redacted(value: Any) -> Any:
     return value
 
 
+# What the gate reads of the server's systemd unit between health polls, to tell a server that
+# exited (a crash at start, restarted by systemd again and again) from one still loading its model.
+UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "MainPID", "ExecMainCode", "ExecMainStatus", "Result")
+# A name that holds a secret (an environment variable, a flag, a field a server logs).
+SECRET_NAME = re.compile(r"(?i)(api[_-]?key|token|secret|passw(or)?d|credential)")
+# A value assigned to such a name (the name ends with the secret's word: hf_token, api_key, not
+# max_new_tokens): name=value, name: value, name='value', or a flag and its value (--api-key value).
+_SECRET_ASSIGNED = re.compile(r"(?i)(\b[\w.-]*?(?:api[_-]?key|token|secret|passw(?:or)?d|credentials?)['\"]?"
+                              r"(?:\s*[=:]\s*|\s+(?=['\"]?[\w./+-]{8,})))(['\"]?)[^\s'\",)}\]]+")
+_BEARER = re.compile(r"(?i)(\bbearer\s+)[^\s'\",]+")
+
+
+def unit_properties(text: str) -> Dict[str, str]:
+    """``systemctl show -p ...`` output (KEY=VALUE lines) as a dict."""
+    return dict(line.split("=", 1) for line in (text or "").splitlines() if "=" in line)
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def exit_text(props: Dict[str, str]) -> str:
+    """How the unit's main process ended, in words (ExecMainCode: 1 exited, 2 killed, 3 dumped core)."""
+    code, status = props.get("ExecMainCode"), props.get("ExecMainStatus", "?")
+    if code == "1":
+        return "exited with status %s" % status
+    if code in ("2", "3"):
+        try:
+            import signal
+            name = " (%s)" % signal.Signals(int(status)).name
+        except (ValueError, TypeError):
+            name = ""
+        return "%s signal %s%s" % ("killed by" if code == "2" else "dumped core on", status, name)
+    return "its exit status not recorded"
+
+
+def unit_exit(first: Dict[str, str], now: Dict[str, str]) -> Optional[Dict[str, Any]]:
+    """Why the unit no longer runs the server the gate started waiting on, or None while it does
+    (or is still starting it). The server left its running state when systemd waits to restart it
+    (SubState auto-restart), gave up (failed) or holds nothing (inactive), or when, since ``first``,
+    systemd restarted it (NRestarts grew) or its main process changed."""
+    restarts = _count(now.get("NRestarts"))
+    pid_before = first.get("MainPID") or "0"
+    exited = (now.get("SubState") == "auto-restart" or now.get("ActiveState") in ("failed", "inactive")
+              or restarts > _count(first.get("NRestarts"))
+              or (pid_before != "0" and now.get("MainPID") != pid_before))
+    if not exited:
+        return None
+    return {"state": "%s (%s)" % (now.get("ActiveState", "?"), now.get("SubState", "?")), "restarts": restarts,
+            "exit": exit_text(now), "result": now.get("Result", "")}
+
+
+def redact_text(text: str, secrets: Sequence[str] = ()) -> str:
+    """``text`` (log lines) with every value in ``secrets``, every value assigned to a secret's name
+    (``api_key='...'``, ``HF_TOKEN=...``, ``--api-key ...``) and every bearer token replaced."""
+    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "<redacted>")
+    text = _SECRET_ASSIGNED.sub(lambda m: m.group(1) + m.group(2) + "<redacted>", text)
+    return _BEARER.sub(lambda m: m.group(1) + "<redacted>", text)
+
+
 def is_auth_error(error: str) -> bool:
     return error in (AUTH_REFUSED, AUTH_MISSING)
 

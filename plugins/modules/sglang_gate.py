@@ -28,6 +28,10 @@ description:
   - One call does what four M(ansible.builtin.uri) tasks and a loop would, on the host, so polling and requests cost
     no round-trip each. The role loops over calls with C(until) so that a model load of many minutes
     prints a line per O(wait) seconds instead of hanging silently.
+  - With O(service), each poll that finds the server not healthy also reads its systemd unit. A server that
+    left its running state (it exited, and systemd waits to restart it, restarted it or gave up) ends the wait
+    at once with RV(crashed=true), its exit in RV(exit) and the unit's last journal lines in RV(journal), secrets
+    redacted: a crash loop is not waited out for O(wait) seconds, nor for the caller's retries.
   - Returns RV(ready=false) (not failed) while the server is not healthy yet. Once it is, RV(failures) says
     why it does not pass the gate (release and speculative settings against O(expected), the measured accept
     length against O(accept_length_min)); the role fails the host on any.
@@ -92,6 +96,17 @@ options:
     description: The rendered speculative settings (and C(version)) RV(reading) compares with the server's.
     type: dict
     default: {}
+  service:
+    description:
+      - The server's systemd unit. Read (C(systemctl show)) after each poll that is not healthy, to stop waiting
+        for a server that exited; unset, only HTTP is polled.
+    type: str
+  environment_file:
+    description:
+      - The unit's environment file (the role's). The values of its variables whose names hold a secret
+        (C(*_TOKEN), C(*_KEY), C(*SECRET*), C(*PASSWORD*)) are redacted from RV(journal), as is the key of
+        O(api_key_file).
+    type: path
   accept_length_min:
     description: An accept length below this (or none measured) is a gate failure, and a finding in RV(reading); V(0) turns that off.
     type: float
@@ -114,6 +129,39 @@ seealso:
 """
 
 RETURN = r"""
+crashed:
+  description: The server's unit left its running state before the server became healthy (O(service) only).
+  type: bool
+  returned: always
+  sample: false
+exit:
+  description: How the unit's server ended, when RV(crashed).
+  type: dict
+  returned: when crashed
+  sample: {state: "activating (auto-restart)", restarts: 0, exit: "exited with status 1", result: exit-code}
+  contains:
+    state:
+      description: The unit's C(ActiveState (SubState)) when the gate saw it.
+      type: str
+    restarts:
+      description: The unit's C(NRestarts), the restarts systemd made on its own.
+      type: int
+    exit:
+      description: The main process's end in words (C(exited with status 1), C(killed by signal 9 (SIGKILL))).
+      type: str
+    result:
+      description: The unit's C(Result) (C(exit-code), C(signal), C(core-dump), ...).
+      type: str
+journal:
+  description: The unit's last journal lines (at most 15), secrets redacted, when RV(crashed).
+  type: list
+  elements: str
+  returned: when crashed
+waited:
+  description: Seconds this call polled before it returned.
+  type: float
+  returned: always
+  sample: 1.2
 auth_refused:
   description: The server was healthy but answered 401 to the key of O(api_key_file) (or to no key).
   type: bool
@@ -245,24 +293,56 @@ EXAMPLES = r"""
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils._adopt import environment_file
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils._live import (
-    authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge, read_key_file, redacted,
-    tokens_per_s)
+    SECRET_NAME, UNIT_PROPERTIES, authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge,
+    read_key_file, redact_text, redacted, tokens_per_s, unit_exit, unit_properties)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import record
 
+JOURNAL_LINES = 15
 
-def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep, request=http_request):
+
+def wait_healthy(base, wait, delay, timeout, clock=time.monotonic, sleep=time.sleep, request=http_request,
+                 unit=None):
+    """Poll /health_generate until 200 or ``wait`` seconds; with ``unit`` (a reader of the unit's
+    properties), stop as soon as the server's unit has left its running state. Returns
+    (ready, status, polls, last error, the unit's exit or None)."""
     deadline = clock() + wait
     polls, status, error = 0, None, ""
+    first = unit() if unit is not None else None
     while True:
         polls += 1
         status, _answer, error = request(base + "/health_generate", timeout)
         if status == 200:
-            return True, status, polls, ""
-        if clock() + delay > deadline:
-            return False, status, polls, error or "HTTP %s" % status
+            return True, status, polls, "", None
+        gone = unit_exit(first, unit()) if unit is not None else None
+        if gone is not None or clock() + delay > deadline:
+            return False, status, polls, error or "HTTP %s" % status, gone
         sleep(delay)
+
+
+def secrets_of(api_key_file, env_file):
+    """The secret values to redact from log lines: the API key, and the environment's secret-named values."""
+    values = []
+    try:
+        values.append(read_key_file(api_key_file) if api_key_file else "")
+    except (OSError, ValueError):
+        pass
+    try:
+        env = environment_file(env_file) if env_file else {}
+    except (OSError, ValueError):
+        env = {}
+    values.extend(v for k, v in env.items() if SECRET_NAME.search(k))
+    return [v for v in values if v]
+
+
+def journal_tail(module, service, secrets):
+    rc, out, _err = module.run_command(["journalctl", "-u", service, "-n", str(JOURNAL_LINES), "--no-pager",
+                                        "-o", "cat"])
+    if rc != 0:
+        return []
+    return [redact_text(line, secrets)[:400] for line in out.splitlines()[-JOURNAL_LINES:]]
 
 
 def main():
@@ -278,6 +358,8 @@ def main():
             max_new_tokens=dict(type="int", default=64, no_log=False),
             expected=dict(type="dict", default={}),
             accept_length_min=dict(type="float", default=0),
+            service=dict(type="str"),
+            environment_file=dict(type="path"),
             record=dict(type="dict", options=dict(
                 components=dict(type="dict", required=True),
                 state_file=dict(type="path", required=True),
@@ -291,8 +373,23 @@ def main():
     # A long step first tells other controllers that this run is alive (sglang_lease.beat).
     beat(p["lease"])
     base = p["url"].rstrip("/")
-    ready, status, polls, error = wait_healthy(base, p["wait"], p["delay"], p["request_timeout"])
-    result = dict(changed=False, ready=ready, status=status, polls=polls, last_error=error)
+    unit = None
+    if p["service"]:
+        def unit():
+            rc, out, _err = module.run_command(["systemctl", "show", p["service"],
+                                                "--property=" + ",".join(UNIT_PROPERTIES)])
+            return unit_properties(out) if rc == 0 else {}
+    started = time.monotonic()
+    ready, status, polls, error, gone = wait_healthy(base, p["wait"], p["delay"], p["request_timeout"], unit=unit)
+    result = dict(changed=False, ready=ready, status=status, polls=polls, last_error=error, crashed=gone is not None,
+                  waited=round(time.monotonic() - started, 1))
+    if gone is not None:
+        # Not a failure either: the caller's `until` stops on crashed, and its fail says why.
+        result.update(exit=gone, journal=journal_tail(module, p["service"],
+                                                      secrets_of(p["api_key_file"], p["environment_file"])))
+        result["msg"] = "%s: the server %s before it became healthy; its unit is %s (%d restarts by systemd)" % (
+            p["service"], gone["exit"], gone["state"], gone["restarts"])
+        module.exit_json(**result)
     if not ready:
         # Not a failure: the caller's `until` tries again, and says this when it gives up.
         result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (

@@ -225,6 +225,9 @@ CASES = [
         failed_task=NEVER_HEALTHY, restarts_on_fault=1),
 ]
 BY_HOST = {host(c.n): c for c in CASES}
+# The cases whose server exits at its start, nothing forced but the double's own exit (its launch
+# refused, or its warmup failing on the capture): systemd restarts it every RestartSec=10 s.
+CRASH_STEPS = ("start", "wiring_file_reverted")
 MATRIX_CASES = [c for c in CASES if not c.killed]
 CANARY, SECOND = host(13), host(14)
 _state: Dict[str, Any] = {}
@@ -301,8 +304,9 @@ def inventory(cases: List[Case], faulted: bool, extra_hosts: Optional[Dict[str, 
         if values.get("sglang_wheelhouse") == "@bad-wheelhouse":
             values["sglang_wheelhouse"] = _bad_wheelhouse()
         # A failed gate gives up after this long (the server never turns healthy here); the
-        # killed runs' gate waits for their slow server, until the kill.
-        values.setdefault("sglang_health_timeout", 120 if case.killed else 15)
+        # killed runs' gate waits for their slow server, until the kill. A server that exits at its
+        # start is given half an hour, which the gate must not wait out (it reads the unit).
+        values.setdefault("sglang_health_timeout", 1800 if case.step in CRASH_STEPS else 120 if case.killed else 15)
         (inv / "host_vars" / ("%s.yml" % host(case.n))).write_text(yaml.safe_dump(values))
     for name, values in (extra_hosts or {}).items():
         (inv / "host_vars" / ("%s.yml" % name)).write_text(yaml.safe_dump(values))
@@ -444,6 +448,14 @@ def test_the_host_is_left_as_the_contract_says(case):
     for line in row["rollback"]:
         assert re.search(r" (restored to sha256 [0-9a-f]{64} \(0[0-7]{3} \S+\)|removed \(it did not exist"
                          r" before\)|reinstalled in /opt/sglang/venv)$", line), line
+    if case.step in CRASH_STEPS:
+        # Fail fast: the gate saw the unit leave its running state and stopped waiting within its
+        # first attempt, well inside a few restart intervals, naming the exit and the journal's last lines.
+        assert "the server exited with status 1 before" in row["error"], row["error"]
+        assert "without waiting out sglang_health_timeout=1800 s" in row["error"], row["error"]
+        seen = re.search(r"seen ([0-9.]+) s into attempt (\d+) of the gate", row["error"])
+        assert seen and int(seen.group(2)) == 1 and float(seen.group(1)) < 30, row["error"]
+        assert ("exiting at once" if case.step == "start" else "model warmup failed") in row["error"], row["error"]
     if case.step == "undrain_after_undo":
         # The undo stands (the generic checks above); only the undrain failed, and the row says so.
         assert "it was put back and is healthy, but the post-restart hook (undrain) failed" in row["error"], row
