@@ -31,7 +31,7 @@ description:
   - With O(service), each poll that finds the server not healthy also reads its systemd unit. A server that
     left its running state (it exited, and systemd waits to restart it, restarted it or gave up) ends the wait
     at once with RV(crashed=true), its exit in RV(exit) and the unit's last journal lines in RV(journal), secrets
-    redacted: a crash loop is not waited out for O(wait) seconds, nor for the caller's retries.
+    redacted. A crash loop is not waited out for O(wait) seconds, nor for the caller's retries.
   - Returns RV(ready=false) (not failed) while the server is not healthy yet. Once it is, RV(failures) says
     why it does not pass the gate (release and speculative settings against O(expected), the measured accept
     length against O(accept_length_min)); the role fails the host on any.
