@@ -7,6 +7,7 @@ live generation requests and the accept length the server measured.
 from __future__ import annotations
 
 import http.server
+import sys
 import threading
 import time
 from typing import Any
@@ -246,3 +247,18 @@ def test_log_lines_lose_every_secret_but_keep_what_only_looks_like_one():
     }
     for line, want in lines.items():
         assert _live.redact_text(line, ["s3cr3t-value"]) == want, line
+
+
+def test_a_healthy_server_says_how_long_it_took_from_its_start(tmp_path, run_double, real_059):
+    double = remediated_double(tmp_path, run_double, real_059, SGLANG_TEST_DOUBLE_STARTUP_DELAY="0.5")
+    # systemd's monotonic start of the main process: 5 s before this stub runs (one clock, CLOCK_MONOTONIC).
+    bin_dir = tmp_path / "bin-active"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(
+        "#!%s\nimport time\nprint('ActiveState=active\\nSubState=running\\nNRestarts=0\\nMainPID=7\\n'\n"
+        "      'ExecMainStartTimestampMonotonic=%%d' %% int((time.monotonic() - 5) * 1e6))\n" % sys.executable)
+    (bin_dir / "systemctl").chmod(0o755)
+    rc, res = run_module(GATE, tmp_path, dict(url="http://127.0.0.1:%d" % double.port, wait=30, delay=0.2,
+                                              service="sglang"))
+    assert rc == 0 and res["ready"] is True and res["crashed"] is False, res
+    assert 4.5 <= res["healthy_after"] <= 15, res["healthy_after"]

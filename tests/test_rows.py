@@ -183,3 +183,13 @@ def test_the_row_leaves_out_the_run_records_own_fields():
     with_own = build(drained=True, soak=soak, error="boom", failed_task="t")
     assert "drained" not in with_own and "soak" not in with_own
     assert with_own == build(error="boom", failed_task="t")
+
+
+def test_time_out_of_rotation_and_restart_to_healthy():
+    """From the drain (or stop) to the undrain (or healthy), and the server's start to healthy; none while out."""
+    row = build(out_at="2026-12-05T10:00:00.000000+00:00", back_at="2026-12-05T10:07:30.250000+00:00",
+                gate=dict(GATE, healthy_after=412.34), restarted=True)
+    assert row["out_of_rotation_s"] == 450.2 and row["restart_to_healthy_s"] == 412.34
+    still_out = build(out_at="2026-12-05T10:00:00+00:00", back_at=None, gate=dict(GATE, ready=False, status=503))
+    assert still_out["out_of_rotation_s"] is None and still_out["restart_to_healthy_s"] is None
+    assert build()["out_of_rotation_s"] is None

@@ -136,7 +136,8 @@ def redacted(value: Any) -> Any:
 
 # What the gate reads of the server's systemd unit between health polls, to tell a server that
 # exited (a crash at start, restarted by systemd again and again) from one still loading its model.
-UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "MainPID", "ExecMainCode", "ExecMainStatus", "Result")
+UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "MainPID", "ExecMainCode", "ExecMainStatus", "Result",
+                   "ExecMainStartTimestampMonotonic")
 # A name that holds a secret (an environment variable, a flag, a field a server logs).
 SECRET_NAME = re.compile(r"(?i)(api[_-]?key|token|secret|passw(or)?d|credential)")
 # A value assigned to such a name (the name ends with the secret's word: hf_token, api_key, not
@@ -156,6 +157,13 @@ def _count(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 0
+
+
+def started_ago(props: Dict[str, str], monotonic_now: float) -> Optional[float]:
+    """Seconds since the unit's main process started (systemd's and Python's monotonic clocks are the
+    same, CLOCK_MONOTONIC); None when systemd has no start recorded."""
+    started = _count(props.get("ExecMainStartTimestampMonotonic"))
+    return round(monotonic_now - started / 1e6, 1) if started > 0 else None
 
 
 def exit_text(props: Dict[str, str]) -> str:

@@ -157,6 +157,13 @@ journal:
   type: list
   elements: str
   returned: when crashed
+healthy_after:
+  description:
+    - Seconds from the start of the unit's main process to the server's first healthy answer (O(service) only;
+      V(null) when systemd recorded no start). The restart's model load, for a real server.
+  type: float
+  returned: when ready and O(service) is set
+  sample: 412.3
 waited:
   description: Seconds this call polled before it returned.
   type: float
@@ -297,7 +304,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._adopt import envi
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils._live import (
     SECRET_NAME, UNIT_PROPERTIES, authorized, fetch_server_info, gate_failures, http_request, is_auth_error, judge,
-    read_key_file, redact_text, redacted, tokens_per_s, unit_exit, unit_properties)
+    read_key_file, redact_text, redacted, started_ago, tokens_per_s, unit_exit, unit_properties)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import record
 
 JOURNAL_LINES = 15
@@ -383,6 +390,9 @@ def main():
     ready, status, polls, error, gone = wait_healthy(base, p["wait"], p["delay"], p["request_timeout"], unit=unit)
     result = dict(changed=False, ready=ready, status=status, polls=polls, last_error=error, crashed=gone is not None,
                   waited=round(time.monotonic() - started, 1))
+    if ready and unit is not None:
+        # How long the server took from its start to healthy (the model load, for a real one).
+        result["healthy_after"] = started_ago(unit(), time.monotonic())
     if gone is not None:
         # Not a failure either: the caller's `until` stops on crashed, and its fail says why.
         result.update(exit=gone, journal=journal_tail(module, p["service"],

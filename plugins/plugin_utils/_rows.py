@@ -17,6 +17,7 @@ Standard library only.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import finding, release_not_pinned, texts
@@ -36,6 +37,14 @@ RECORD_ONLY = ("drained", "soak")
 def _result(value: Any) -> Mapping[str, Any]:
     """A registered result as a mapping ({} when the task did not run, was skipped or registered nothing)."""
     return value if isinstance(value, Mapping) and not value.get("skipped") else {}
+
+
+def seconds_between(start: Any, end: Any) -> Optional[float]:
+    """Seconds from ``start`` to ``end`` (ISO 8601 timestamps), to 0.1; None when either is missing."""
+    try:
+        return round((datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds(), 1)
+    except (TypeError, ValueError):
+        return None
 
 
 def _number(value: Any) -> Optional[float]:
@@ -103,6 +112,8 @@ def remediation_row(
     rollback_run: bool = False,
     service_manage: bool = True,
     textfile: Any = None,
+    out_at: Any = None,
+    back_at: Any = None,
 ) -> Dict[str, Any]:
     """A host's fleet report row from the run's structured results.
 
@@ -113,7 +124,8 @@ def remediation_row(
     throughput; ``probe_live``: the probe's reading of the server that ran before
     this run; ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
     None (or its skipped result). ``restarted``: the one "restart needed" fact the
-    restart transaction acted on.
+    restart transaction acted on. ``out_at``, ``back_at``: when the host left rotation and came
+    back (ISO 8601, the controller's clock; None: it did not leave, or is still out).
     """
     fix, draft, unit, environment = _result(fix), _result(draft), _result(unit), _result(environment)
     api_keys = _result(api_keys)
@@ -199,6 +211,11 @@ def remediation_row(
         "changes": list(closed.get("changes") or []),
         "health": health,
         "accept_length": _number(live_metrics.get("accept_length")),
+        # From the drain (or the stop or restart, without a drain hook) to the undrain (or healthy);
+        # None when the host did not leave rotation or is still out.
+        "out_of_rotation_s": seconds_between(out_at, back_at),
+        # From the restarted server's start to its first healthy answer: a real host's model load.
+        "restart_to_healthy_s": _number(gate.get("healthy_after")),
         "tokens_per_s": _number(live_metrics.get("tokens_per_s")),
         "check_mode": bool(check_mode),
         "mode": run_mode(audit, rollback_run),

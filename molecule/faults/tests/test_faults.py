@@ -499,6 +499,11 @@ def test_without_the_faults_every_host_converges_with_one_restart():
         restarts, status = (0, "ok") if case.keeps else (0, "changed") if case.state == "patch_reset" else (1, "changed")
         assert r[name]["compliant"] is True and r[name]["status"] == status, (name, r[name])
         assert after["starts"] - before[name]["starts"] == restarts, (name, before[name]["starts"], after["starts"])
+        if restarts:
+            # No drain hook here: out of rotation from the restart to healthy (and its live requests),
+            # which covers the server's own start to healthy.
+            out, healthy = r[name]["out_of_rotation_s"], r[name]["restart_to_healthy_s"]
+            assert out is not None and healthy is not None and out >= healthy > 0, (name, out, healthy)
         assert (after["active"], after["enabled"]) == ("active", "enabled"), (name, after)
         assert not after["lease"]
         if case.killed:
