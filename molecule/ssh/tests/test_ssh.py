@@ -171,6 +171,8 @@ def test_rollback_over_ssh():
     # The newest change set is the flag change's: 15 steps come back, the patch stays.
     back = run("rollback", playbook="rollback.yml", args=["--limit", H1])
     assert back.rc == 0, back.tail(80)
+    # Its plan counts the hosts within --limit, not the whole pattern.
+    assert "1 hosts need work" in back.output and "batches [1]" in back.output, back.tail(80)
     row = rows("rollback")[H1]
     assert row["status"] in ("changed", "ok") and row["error"] == "" and row["rolled_back"] is True, row
     assert starts(H1) == 3 and server_info(H1)["speculative_num_steps"] == 15
