@@ -26,7 +26,9 @@ CONVERGE = PROJECT / "molecule" / "default" / "converge.yml"
 STARTS_LOG = "/var/lib/sglang/starts.log"
 SITE = "/opt/sglang/venv/lib/python3*/site-packages"
 DEEPSEEK_REL = "sglang/srt/models/deepseek_v2.py"
+# The draft as it arrived from training (only ever read), and the view of it the server reads.
 DRAFT_CONFIG = "/models/DeepSeek-V3-EAGLE3/config.json"
+DRAFT_VIEW_CONFIG = "/etc/sglang/sglang.draft/config.json"
 UNIT = "/etc/systemd/system/sglang.service"
 
 # Everything the role may write, plus what the test bed placed. Listed with
@@ -174,7 +176,8 @@ def sha256(host, path: str) -> str:
 
 
 def draft_ids(host) -> Any:
-    cfg = json.loads(host.file(DRAFT_CONFIG).content_string)
+    """The ids the server reads: its draft view's."""
+    cfg = json.loads(host.file(DRAFT_VIEW_CONFIG).content_string)
     return cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
 
 

@@ -14,16 +14,37 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
 
 
+def tree_digest(directory: str) -> str:
+    """sha256 of a directory's entries (name, size, mtime in ns, links followed): what a server that
+    reads the directory was started from, without reading gigabytes of weights. 'missing' when absent."""
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return "missing"
+    lines = []
+    for name in names:
+        try:
+            st = os.stat(os.path.join(directory, name))
+            lines.append("%s\t%d\t%d\n" % (name, st.st_size, st.st_mtime_ns))
+        except FileNotFoundError:
+            lines.append("%s\tdangling\n" % name)
+    return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def component_hash(spec: str) -> str:
-    """sha256 of a file, of a literal value (``value:<text>``), or 'missing' for an absent file."""
+    """sha256 of a file, of a literal value (``value:<text>``), of a directory's entries (``tree:<dir>``,
+    tree_digest), or 'missing' for an absent file."""
     if spec.startswith("value:"):
         return hashlib.sha256(spec[len("value:"):].encode()).hexdigest()
+    if spec.startswith("tree:"):
+        return tree_digest(spec[len("tree:"):])
     try:
         with open(spec, "rb") as fh:
             return hashlib.sha256(fh.read()).hexdigest()

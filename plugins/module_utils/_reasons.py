@@ -32,6 +32,7 @@ REASONS = {
     "draft.ids_differ": "draft_config",
     "draft.missing": "draft_config",
     "draft.unreadable": "draft_config",
+    "draft.view_stale": "draft_config",
     # The files the service runs on, against the controller's renderings (a missing one differs too).
     "unit.differs": "service_files",
     "environment.differs": "service_files",

@@ -22,8 +22,15 @@ description:
     weight shape), writes them atomically keeping every other key, key order and indent,
     then re-reads the file and fails (restoring it) unless SGLang would
     read exactly the requested list.
-  - If C(config.json) is a symlink (Hugging Face cache snapshots) the link is replaced by a
-    regular file, so the shared content-addressed blob is never edited.
+  - With O(view), the draft's directory O(path) is only read, never written (model storage may be read-only,
+    or shared by hosts whose releases need other ids). The module keeps O(view), a directory of its own,
+    as the draft the server is started on. It holds the draft's C(config.json) with the ids, and beside it
+    a link to each of the draft's other entries (weights, tokenizer). A new export of the draft (its
+    C(config.json) or its entries) is followed on the next run, and links to entries the draft no longer
+    has are removed. An entry of O(view) that is not a link is never removed, and refuses the write.
+  - Without O(view), the ids are written into O(path)'s own C(config.json). If it is a symlink (Hugging
+    Face cache snapshots) the link is replaced by a regular file, so the shared content-addressed blob is
+    never edited.
   - Other C(eagle_config) keys that mention layers are ignored by SGLang; they are left in place with a warning.
 attributes:
   check_mode:
@@ -39,6 +46,12 @@ options:
     description: Draft model directory holding C(config.json).
     type: path
     required: true
+  view:
+    description:
+      - The draft's view, a directory of the caller's own (the role's is C(/etc/sglang/<service>.draft)),
+        made C(0755) where missing, its C(config.json) C(0644). The server is started on it; O(path) is
+        then only read.
+    type: path
   layer_ids:
     description:
       - Ids to write, in the form the installed SGLang release needs (decided by the caller,
@@ -106,7 +119,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The C(config.json) path.
+  description: The C(config.json) path the server reads (O(view)'s with O(view)).
   type: str
   returned: when the file was read and the ids are valid
   sample: /models/deepseek-v3-eagle3/config.json
@@ -154,6 +167,11 @@ errors:
   returned: failure
   sample:
     - "sglang_eagle3_layer_ids[1] is '2' (str); every id must be an int (a layer index, or -1 first for the embedding output), e.g. [-1, 2, 30]"
+view:
+  description: With O(view), its links to the draft's entries, and those this run made or removed.
+  type: dict
+  returned: with O(view), when the file was read and the ids are valid
+  sample: {path: /etc/sglang/sglang.draft, links: 3, added: [model.safetensors], removed: []}
 msg:
   description: What was done, would be done or found, in one line.
   type: str
@@ -177,10 +195,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils._families import capture_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
+    CONFIG_NAME,
+    apply_view_links,
     get_layer_ids,
     ignored_layer_keys,
+    read_bytes,
     render_config,
     same_ids,
+    view_config_text,
+    view_link_changes,
+    view_links,
     with_layer_ids,
 )
 from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import (
@@ -218,6 +242,73 @@ def read_config(module: AnsibleModule, config_path: str):
     return data, text, config
 
 
+def _ids_in(data):
+    """The ids SGLang reads from config.json bytes; None where it would fall back to its defaults."""
+    try:
+        config = json.loads((data or b"").decode("utf-8"))
+    except ValueError:
+        return None
+    return get_layer_ids(config) if isinstance(config, dict) else None
+
+
+def keep_view(module, p, source_text, source_config, layer_ids, expected_count, num_hidden_layers) -> None:
+    """The draft's view (O(view)): its config.json the draft's own with ``layer_ids``, beside a link
+    to each other entry of the draft. The draft's directory is only read. Exits the module."""
+    view = p["view"]
+    config_path = os.path.join(view, CONFIG_NAME)
+    links = view_links(p["path"])
+    add, remove, foreign = view_link_changes(view, links)
+    if foreign:
+        module.fail_json(msg="refusing to write the draft view %s: it holds what is not a link to the draft's "
+                         "files, which the module never removes: %s (the view is the role's own: move it away)"
+                         % (view, ", ".join(foreign)))
+    have = read_bytes(config_path)
+    text = have.decode("utf-8", "replace") if have is not None else ""
+    # What the server reads now: the view's ids, or (no view yet) the draft's own.
+    before = _ids_in(have) if have is not None else get_layer_ids(source_config)
+    new_text = view_config_text(source_text, source_config, layer_ids)
+    new_data = new_text.encode("utf-8")
+    compliant = have == new_data and not add and not remove
+    result = dict(changed=False, compliant=compliant, path=config_path, layer_ids_before=before,
+                  layer_ids_after=layer_ids, sha256_before=sha256_hex(have) if have is not None else "",
+                  sha256_after=sha256_hex(new_data), expected_count=expected_count,
+                  num_hidden_layers=num_hidden_layers,
+                  view=dict(path=view, links=len(links), added=add, removed=remove))
+    if module._diff:
+        result["diff"] = [dict(before_header=config_path, after_header=config_path, before=text, after=new_text)]
+        if add or remove:
+            result["diff"].append(dict(
+                before_header="%s (links)" % view, after_header="%s (links)" % view,
+                before="".join("%s -> %s\n" % (n, os.readlink(os.path.join(view, n)))
+                               for n in sorted(set(add) | set(remove)) if os.path.islink(os.path.join(view, n))),
+                after="".join("%s -> %s\n" % (n, links[n]) for n in add)))
+    what = "the draft view %s (the draft's %s with %r; %d links)" % (view, CONFIG_NAME, layer_ids, len(links))
+    if p["state"] == "audit":
+        result["layer_ids_after"], result["sha256_after"] = before, result["sha256_before"]
+        result["msg"] = "%s %s" % (what, "is in place" if compliant else "differs")
+        module.exit_json(**result)
+    if compliant:
+        result["msg"] = "%s is in place" % what
+        module.exit_json(**result)
+    result["changed"] = True
+    if module.check_mode:
+        result["msg"] = "would write %s" % what
+        module.exit_json(**result)
+    try:
+        apply_view_links(view, links, add, remove)
+        if have != new_data:
+            atomic_write(config_path, new_data, mode=0o644, durable=True)
+    except OSError as exc:
+        module.fail_json(msg="could not write the draft view %s: %s" % (view, exc), **result)
+    # Re-read as SGLang will: anything but the exact list means its try/except would silently use
+    # the defaults.
+    seen = _ids_in(read_bytes(config_path))
+    if not same_ids(seen, layer_ids):
+        module.fail_json(msg="%s re-read gives %r, not %r" % (config_path, seen, layer_ids), **result)
+    result["msg"] = "wrote %s (was %r)" % (what, before)
+    module.exit_json(**result)
+
+
 def main() -> None:
     module = AnsibleModule(
         argument_spec=dict(
@@ -226,6 +317,7 @@ def main() -> None:
             layer_ids=dict(type="raw", required=True),
             user_layer_ids=dict(type="raw"),
             target_model_path=dict(type="path"),
+            view=dict(type="path"),
             state=dict(type="str", choices=["present", "audit"], default="present"),
         ),
         supports_check_mode=True,
@@ -277,6 +369,8 @@ def main() -> None:
             "%s: eagle_config.%s is ignored by SGLang, which reads only "
             "eagle_config.eagle_aux_hidden_state_layer_ids; left in place" % (config_path, key)
         )
+    if p["view"]:
+        keep_view(module, p, text, config, layer_ids, expected_count, num_hidden_layers)
     before = get_layer_ids(config)
     compliant = same_ids(before, layer_ids)
     new_text = text if compliant else render_config(with_layer_ids(config, layer_ids), text)

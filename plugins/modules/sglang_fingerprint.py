@@ -30,8 +30,9 @@ attributes:
 options:
   components:
     description:
-      - Name to file path (hashed) or to C(value:<text>) (hashed as text).
-      - A file that does not exist hashes as C(missing).
+      - Name to file path (hashed), to C(value:<text>) (hashed as text), or to C(tree:<directory>) (its entries'
+        names, sizes and modification times hashed, links followed; a model's weights are not read).
+      - A file or directory that does not exist hashes as C(missing).
     type: dict
     required: true
   state_file:

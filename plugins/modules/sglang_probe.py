@@ -99,9 +99,16 @@ options:
     type: path
     default: /var/lib/sglang-remediation/backup
   draft_config:
-    description: Path of the draft model's C(config.json).
+    description: Path of the C(config.json) the server reads for its draft (the draft view's, with O(draft_source)).
     type: path
     required: true
+  draft_source:
+    description:
+      - The draft model's own directory, when the server reads a view of it (the role's; see
+        M(fleetops.sglang.sglang_draft_config)'s C(view)). The view, the directory of O(draft_config), must then be
+        the draft's current files (its C(config.json) with the ids, a link to each other entry); a new export of
+        the draft is a finding (C(draft.view_stale)).
+    type: path
   target_model_path:
     description:
       - Target model directory. When given, its C(config.json) must name an architecture SGLang serves
@@ -125,7 +132,8 @@ options:
     type: path
   fingerprint_components:
     description:
-      - Same dict the role passes to M(fleetops.sglang.sglang_fingerprint) (name to path or C(value:<text>)).
+      - Same dict the role passes to M(fleetops.sglang.sglang_fingerprint) (name to path, C(value:<text>) or
+        C(tree:<directory>)).
       - The C(sglang) component is the audit's C(fingerprint) (the value M(fleetops.sglang.sglang_eagle3) returns)
         unless given as C(value:<text>); pass it as V(auto) or leave it out.
     type: dict
@@ -732,7 +740,8 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
     FILE_CODES, codes, finding, release_not_pinned)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
     changed_components, current_fingerprint, load_recorded, record, service_active)
-from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import get_layer_ids, same_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
+    get_layer_ids, same_ids, view_differences)
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
 from ansible_collections.fleetops.sglang.plugins.module_utils._rootpaths import root_path_errors
 from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
@@ -755,8 +764,9 @@ def eagle3_reasons(audit):
         SHORT, state, "; ".join(audit["findings"]) or audit["msg"]))]
 
 
-def draft_reasons(path, wanted):
-    """Compare the draft config's ids with those the release needs; (findings, ids found)."""
+def draft_reasons(path, wanted, source=None):
+    """Compare the draft config's ids with those the release needs, and a view with the draft's files
+    (``source``, its directory); (findings, ids found)."""
     try:
         config = load_json_object(path)
     except (OSError, ValueError) as exc:
@@ -766,6 +776,14 @@ def draft_reasons(path, wanted):
     found = get_layer_ids(config)
     if wanted is not None and not same_ids(found, wanted):
         return [finding("draft.ids_differ", "draft ids %s != %s" % (found, wanted))], found
+    if source and wanted is not None:
+        try:
+            stale = view_differences(source, os.path.dirname(path), wanted)
+        except (OSError, ValueError) as exc:
+            return [finding("draft.unreadable", "draft %s unreadable: %s" % (source, exc))], found
+        if stale:
+            return [finding("draft.view_stale", "draft view %s is not the draft's current files (%s): %s"
+                            % (os.path.dirname(path), source, "; ".join(stale)))], found
     return [], found
 
 
@@ -942,7 +960,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
             audit.pop("memo_key", None)
             return result
         reasons += eagle3_reasons(audit)
-        draft, found = draft_reasons(p["draft_config"], audit["draft_layer_ids"])
+        draft, found = draft_reasons(p["draft_config"], audit["draft_layer_ids"], p["draft_source"])
         reasons += draft
         result["draft_layer_ids_found"] = found
     if p["service_manage"]:
@@ -994,6 +1012,7 @@ def main():
             pipeline_parallel_size=dict(type="int", default=1),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             draft_config=dict(type="path", required=True),
+            draft_source=dict(type="path"),
             target_model_path=dict(type="path"),
             files=dict(type="dict", default={}),
             fingerprint_file=dict(type="path"),

@@ -59,7 +59,7 @@ def test_unit_renders_the_fixed_flags_one_per_line(host):
     text = unit.content_string
     for line in ("--speculative-algorithm EAGLE3 \\", "--speculative-num-steps 15 \\",
                  "--speculative-eagle-topk 1 \\", "--speculative-num-draft-tokens 16 \\",
-                 "--speculative-draft-model-path /models/DeepSeek-V3-EAGLE3 \\"):
+                 "--speculative-draft-model-path /etc/sglang/sglang.draft \\"):
         assert "    " + line in text.splitlines()
     assert "EnvironmentFile=/etc/sglang/sglang.env" in text
     assert "NoNewPrivileges=true" in text
@@ -100,9 +100,15 @@ def test_patched_file_carries_the_embedding_capture(host):
 
 
 def test_draft_config_lists_the_trained_layers(host):
-    cfg = json.loads(host.file("/models/DeepSeek-V3-EAGLE3/config.json").content_string)
+    """The server reads the draft's view: its config.json with the ids, a link to each other file;
+    the draft itself is as it arrived from training."""
+    cfg = json.loads(host.file("/etc/sglang/sglang.draft/config.json").content_string)
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
     assert cfg["architectures"] == ["LlamaForCausalLMEagle3"]  # other keys preserved
+    link = host.file("/etc/sglang/sglang.draft/generation_config.json")
+    assert link.is_symlink and link.linked_to == "/models/DeepSeek-V3-EAGLE3/generation_config.json"
+    arrived = (PROJECT / "files" / "models" / "deepseek-v3-eagle3" / "config.json").read_text()
+    assert host.file("/models/DeepSeek-V3-EAGLE3/config.json").content_string == arrived
 
 
 def test_server_answers_health_and_reports_what_was_rendered(host):

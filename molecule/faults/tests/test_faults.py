@@ -67,8 +67,10 @@ DEFAULT_ACCEPT_MIN = yaml.safe_load((PROJECT / "roles" / "sglang" / "defaults" /
 SITE = "/opt/sglang/venv/lib/python3*/site-packages"
 SOURCES = ("sglang/srt/models/deepseek_v2.py", "sglang/srt/model_executor/cuda_graph_runner.py",
            "sglang/srt/model_executor/model_runner.py")
-CONFIGS = ("/models/DeepSeek-V3-EAGLE3/config.json", "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.env",
+CONFIGS = ("/etc/sglang/sglang.draft/config.json", "/etc/systemd/system/sglang.service", "/etc/sglang/sglang.env",
            "/var/lib/sglang-remediation/running.json")
+# Model storage: only ever read, whatever fails.
+MODEL_FILES = ("/models/DeepSeek-V3-EAGLE3/config.json", "/models/DeepSeek-V3/config.json")
 LEASE = "/var/lib/sglang-remediation/lease.json"
 TEXTFILE = "/var/lib/prometheus/node-exporter/sglang_remediation.prom"
 # What systemd sets anew for every start: not part of what the server was started with.
@@ -148,9 +150,10 @@ CASES = [
     Case(2, "fresh", "patch", {}, setup="mkdir -p -m 0700 /var/lib/sglang-remediation/backup; "
          + ro_mount("/var/lib/sglang-remediation/backup"), teardown="umount /var/lib/sglang-remediation/backup",
          failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
-    Case(3, "fresh", "draft_config", {}, setup=ro_mount("/models/DeepSeek-V3-EAGLE3"),
-         teardown="umount /models/DeepSeek-V3-EAGLE3",
-         failed_task="Write the layer ids this release needs into the draft model's config"),
+    # The draft view cannot be written (its directory read-only); the draft itself is never written.
+    Case(3, "fresh", "draft_config", {}, setup=ro_mount("/etc/sglang", create=True),
+         teardown="umount /etc/sglang",
+         failed_task="Write the draft's view with the layer ids this release needs"),
     Case(4, "fresh", "service_files", {}, setup=ro_mount("/etc/systemd/system"), teardown="umount /etc/systemd/system",
          failed_task="Configure the SGLang service unit"),
     Case(5, "fresh", "start", {}, {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXIT_AT_START="1")},
@@ -181,9 +184,9 @@ CASES = [
                "$d/; %s" % (SITE, SOURCES[0], ro_mount("$d")),
          teardown="umount $(ls -d %s/sglang/srt/models)" % SITE,
          failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
-    Case(17, "draft_ids", "draft_config", DRAFT_IDS, setup=ro_mount("/models/DeepSeek-V3-EAGLE3"),
-         teardown="umount /models/DeepSeek-V3-EAGLE3",
-         failed_task="Write the layer ids this release needs into the draft model's config", rolled_back=False),
+    Case(17, "draft_ids", "draft_config", DRAFT_IDS, setup=ro_mount("/etc/sglang/sglang.draft"),
+         teardown="umount /etc/sglang/sglang.draft",
+         failed_task="Write the draft's view with the layer ids this release needs", rolled_back=False),
     Case(18, "environment", "service_files", ENV_CHANGE, setup=ro_mount("/etc/sglang"), teardown="umount /etc/sglang",
          failed_task="Write the service environment (secrets live only here)", rolled_back=False),
     Case(19, "flags", "start", FLAGS, {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXIT_AT_START="1")},
@@ -247,7 +250,7 @@ def stat(p):
     return [hashlib.sha256(open(p, "rb").read()).hexdigest(), oct(st.st_mode & 0o7777),
             pwd.getpwuid(st.st_uid).pw_name + ":" + grp.getgrgid(st.st_gid).gr_name]
 site = (glob.glob("/opt/sglang/venv/lib/python3*/site-packages") or [""])[0]
-files = {p: stat(p) for p in %(configs)r}
+files = {p: stat(p) for p in %(configs)r + %(model_files)r}
 files.update({rel: stat(os.path.join(site, rel)) for rel in %(sources)r} if site else {})
 infos = glob.glob(site + "/sglang-*.dist-info") if site else []
 show = subprocess.run(["systemctl", "show", "-p", "MainPID", "-p", "ActiveState", "-p", "UnitFileState", "sglang"],
@@ -267,7 +270,7 @@ print(json.dumps({"files": files, "release": [os.path.basename(i)[7:-10] for i i
                   "active": unit.get("ActiveState"), "enabled": unit.get("UnitFileState"), "cmdline": cmdline,
                   "environ": environ, "starts": starts, "lease": os.path.exists(%(lease)r),
                   "textfile": open(%(textfile)r).read() if os.path.exists(%(textfile)r) else None}))
-""" % {"configs": CONFIGS, "sources": SOURCES, "per_start": PER_START, "starts": STARTS_LOG, "lease": LEASE,
+""" % {"configs": CONFIGS, "model_files": MODEL_FILES, "sources": SOURCES, "per_start": PER_START, "starts": STARTS_LOG, "lease": LEASE,
        "textfile": TEXTFILE}
 
 
@@ -381,6 +384,8 @@ def _case_ids():
 def test_the_host_is_left_as_the_contract_says(case):
     name = host(case.n)
     before, after = _state["before"][name], read(name)
+    # Whatever failed, and wherever: the model storage was only read.
+    assert {p: after["files"][p] for p in MODEL_FILES} == {p: before["files"][p] for p in MODEL_FILES}, name
     if case.killed:
         # Killed during the gate: the transaction's own state, which the next run finishes.
         assert after["lease"], "a run killed mid-way cannot give its lease back"
@@ -436,9 +441,8 @@ def test_the_host_is_left_as_the_contract_says(case):
     else:
         # It served nothing: it serves nothing, its unit gone, SGLang's file as pip installed it.
         assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
-        for path in CONFIGS[1:]:
+        for path in CONFIGS:
             assert after["files"][path] is None, (path, after["files"][path])
-        assert after["files"][CONFIGS[0]] == before["files"][CONFIGS[0]]  # the draft config
         if after["release"]:
             assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
             assert any(line.startswith("/opt/sglang/venv with sglang 0.5.9") for line in row["left"]), row["left"]

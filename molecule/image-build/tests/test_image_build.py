@@ -24,7 +24,8 @@ def test_patch_is_applied_and_compiles(host):
 
 
 def test_draft_config_lists_the_trained_layers(host):
-    cfg = json.loads(host.file("/models/DeepSeek-V3-EAGLE3/config.json").content_string)
+    """The image's server is to be started on the draft's view (the draft itself is only read)."""
+    cfg = json.loads(host.file("/etc/sglang/sglang.draft/config.json").content_string)
     assert cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [-1, 2, 30]
 
 
@@ -52,8 +53,10 @@ def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_ser
     assert back.rc == 0, back.tail(80)
     text = host.file(SITE.format(minor=minor)).content_string
     assert "hidden_states.clone()" not in text, "the patched file was not put back"
-    # The draft's config as it arrived from training, byte for byte.
+    # The draft's config as it arrived from training, byte for byte (never written), and the view the
+    # build made of it gone with its config.json.
     arrived = (PROJECT / "files" / "models" / "deepseek-v3-eagle3" / "config.json").read_text()
     assert host.file("/models/DeepSeek-V3-EAGLE3/config.json").content_string == arrived
+    assert not host.file("/etc/sglang/sglang.draft/config.json").exists
     assert not host.file("/etc/systemd/system/sglang.service").exists
     assert host.run("systemctl cat sglang").rc != 0
