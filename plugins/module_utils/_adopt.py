@@ -103,7 +103,7 @@ def adoption_blockers(pid: Optional[int], argv: Sequence[str], env_file: str, pa
     if differ:
         blockers.append("its environment differs in %s" % ", ".join(differ))
     newer = []
-    for path in paths:
+    for path in expanded(paths):
         try:
             changed = os.stat(path).st_ctime
         except FileNotFoundError:
@@ -115,6 +115,24 @@ def adoption_blockers(pid: Optional[int], argv: Sequence[str], env_file: str, pa
     if newer:
         blockers.append("it started before %s changed" % ", ".join(newer))
     return blockers
+
+
+def expanded(paths: Sequence[str]) -> List[str]:
+    """The paths, each ``tree:<dir>`` as the directory and each of its entries (a model's files: a new
+    export changes them in place, or adds and removes some)."""
+    out = []  # type: List[str]
+    for path in paths:
+        if not path.startswith("tree:"):
+            out.append(path)
+            continue
+        directory = path[len("tree:"):]
+        try:
+            names = sorted(os.listdir(directory))
+        except FileNotFoundError:
+            continue
+        out.append(directory)
+        out.extend(os.path.join(directory, name) for name in names)
+    return out
 
 
 def _first_difference(have: List[str], want: List[str]) -> str:

@@ -268,7 +268,9 @@ options:
         type: path
         required: true
       paths:
-        description: The configuration files the running server depends on (unit, environment, keys, draft config).
+        description:
+          - The configuration files the running server depends on (unit, environment, keys, draft config).
+          - C(tree:<directory>) stands for the directory and each of its entries (the draft's files).
         type: list
         elements: path
         default: []

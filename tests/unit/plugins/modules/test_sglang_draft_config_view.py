@@ -152,3 +152,9 @@ def test_the_probe_finds_a_view_that_is_not_the_drafts_current_files(tmp_path, d
         "its config.json is not the draft's with the ids [0, 3, 31]"]
     os.remove(view / "tokenizer.json")
     assert _draftconfig.view_differences(str(draft), str(view), [-1, 2, 30]) == ["links to make: tokenizer.json"]
+
+
+def test_a_server_started_before_a_new_export_of_the_draft_is_not_adopted(tmp_path, draft):
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _adopt
+    assert _adopt.expanded(["/a", "tree:%s" % draft, "tree:%s" % (tmp_path / "nowhere")]) == [
+        "/a", str(draft), str(draft / "config.json"), str(draft / "model.safetensors"), str(draft / "tokenizer.json")]
