@@ -468,3 +468,23 @@ def test_the_status_summary_is_in_the_written_report_and_calls_hosts_not_reached
     callback.v2_playbook_on_stats(Stats({"h1": 5}))
     _, md = read(tmp_path)
     assert _summary(md)[0].endswith("**not reached** 2 of 3: h2, h3")
+
+
+def test_every_column_the_row_builder_makes_reaches_the_report(callback, tmp_path):
+    """The callback takes the role's row as it is: a column the row builder adds is not lost on the way."""
+    rows_model = importlib.import_module("ansible_collections.fleetops.sglang.plugins.plugin_utils._rows")
+    built = rows_model.remediation_row(
+        "h1", "0.5.9", fix={"release": "0.5.9", "decision": "patch", "compliant": True},
+        gate={"status": 200, "ready": True, "healthy_after": 12.5}, restarted=True,
+        live_metrics={"accept_length": 3.5, "tokens_per_s": 90.0},
+        out_at="2026-12-05T10:00:00", back_at="2026-12-05T10:01:30")
+    inv = Inventory(["h1"])
+    inv.batch = ["h1"]
+    callback.v2_playbook_on_play_start(play(inv))
+    callback.v2_runner_on_ok(result("h1", {"ansible_facts": {"sglang_remediation": built}}))
+    callback.v2_playbook_on_stats(Stats({"h1": 5}))
+    row = read(tmp_path)[0]["hosts"][0]
+    assert row["out_of_rotation_s"] == 90.0 and row["restart_to_healthy_s"] == 12.5
+    # Every column both know, but those the callback derives itself (status, the live columns).
+    shared = (set(built) & set(model.new_row("x"))) - {"host", "status", "live", "error", "failed_task"}
+    assert {k: row[k] for k in shared} == {k: built[k] for k in shared}

@@ -305,7 +305,7 @@ class CallbackModule(CallbackBase):
                     "companion", "health", "mode", "forward", "evidence", "draft_layer_ids", "restart_reasons",
                     "drift", "server_args_warnings", "rollback", "left", "changes", "speculative_flags", "compliant",
                     "restart_needed", "restarted", "restarts", "adopted", "rolled_back", "accept_length",
-                    "tokens_per_s"):
+                    "tokens_per_s", "out_of_rotation_s", "restart_to_healthy_s"):
             if key in fact:
                 row[key] = fact[key]
         if "live" in fact:
