@@ -36,7 +36,7 @@ REASONS_FILE = PLUGINS / "module_utils" / "_reasons.py"
 CLASS_CODES = {
     "release": "release.not_installed release.not_pinned",
     "source": "source.unpatched source.restore_needed source.refused source.unreadable",
-    "draft_config": "draft.ids_differ draft.missing draft.unreadable",
+    "draft_config": "draft.ids_differ draft.missing draft.unreadable draft.view_stale",
     "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry",
     "running_server": "server.differs server.fingerprint_differs server.fingerprint_unreadable server.not_recorded "
                       "server.inactive",
