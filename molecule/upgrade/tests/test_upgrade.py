@@ -6,6 +6,7 @@ state), the draft's ids and what the running server reports.
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -105,3 +106,24 @@ def test_upgrade_to_0514_needs_no_patch_and_shifts_the_ids(host):
 def test_rerun_changes_nothing_and_does_not_restart(host, version):
     assert_rerun_changes_nothing(host, {"sglang_version": version}, starts_so_far=3)
     _assert_serving(host, version)
+
+
+def test_a_new_export_of_the_draft_is_rolled_out_once_and_the_draft_only_read(host):
+    """A new export lands in the draft's own directory (a file added, a key of its config.json changed):
+    the next run makes the view again (the new key, the ids the release needs, a link to the new file)
+    and restarts the server once; the run after changes nothing."""
+    draft = "/models/DeepSeek-V3-EAGLE3"
+    host.check_output(
+        "cd %s && printf '{}\\n' > special_tokens_map.json && python3 -c 'import json; p=\"config.json\";"
+        " c=json.load(open(p)); c[\"rope_theta\"]=12345.0; json.dump(c, open(p, \"w\"), indent=2)'" % draft)
+    exported = sha256(host, draft + "/config.json")
+    run = run_playbook(extra_vars={"sglang_version": "0.5.14"})
+    assert run.rc == 0, run.tail(120)
+    assert starts(host) == 4
+    assert sha256(host, draft + "/config.json") == exported  # read, never written
+    link = host.file("/etc/sglang/sglang.draft/special_tokens_map.json")
+    assert link.is_symlink and link.linked_to == draft + "/special_tokens_map.json"
+    view = json.loads(host.file("/etc/sglang/sglang.draft/config.json").content_string)
+    assert view["rope_theta"] == 12345.0 and draft_ids(host) == [0, 3, 31]
+    _assert_serving(host, "0.5.14")
+    assert_rerun_changes_nothing(host, {"sglang_version": "0.5.14"}, starts_so_far=4)
