@@ -1,4 +1,5 @@
-"""Runs the probe action's render in a process of its own (tests/test_render_cache.py).
+"""Runs the probe action's render in a process of its own
+(tests/unit/plugins/action/test_sglang_probe_render_cache.py).
 
 Ansible's collection loader, which the action plugin needs, replaces the import system of the
 process that installs it; the other tests import the collection as plain packages. So the

@@ -1,6 +1,6 @@
 """The test double's judgement without torch, on the forward-capture check's own variants.
 
-tests/test_forward_capture.py keeps one list of wirings: every broken one (BROKEN: the
+tests/unit/plugins/module_utils/test_forward.py keeps one list of wirings: every broken one (BROKEN: the
 embedding patch mutated, the CUDA-graph companion missing, the native 0.5.14+ capture
 mutated or fed ids one off) fails its executed check, every correct one (CORRECT: the
 role's patch on each loop family, the pristine native capture) passes it. The test double
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from double_harness import DEEPSEEK_V3_LAYERS, http, load_double, make_models, spec_flags
-from test_forward_capture import BROKEN, CORRECT, Variant, site
+from unit.plugins.module_utils.test_forward import BROKEN, CORRECT, Variant, site
 
 
 td = load_double("sglang_test_double_static")

@@ -5,9 +5,9 @@ to (--speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-t
 (3, 1, 4) auto-choice when none is set, the assert and the TypeError on partial triples, and
 the incident's rewrite (topk 1: draft tokens := steps + 1, a warning only). Here the same
 triples go through the real ``prepare_server_args`` (and ``resolve_once`` from 0.5.23) of every
-release tests/test_parse_server_args.py covers, in its parser venv (testbed/parser_venv, CPU
-torch, ``--device cpu``), and the double must resolve each to the same values, warn where
-SGLang warns and refuse where SGLang raises.
+release tests/unit/plugins/module_utils/test_parse_server_args.py covers, in its parser venv
+(testbed/parser_venv, CPU torch, ``--device cpu``), and the double must resolve each to the same
+values, warn where SGLang warns and refuse where SGLang raises.
 
 One child per release runs the whole grid (23 triples), forked from the release's zygote that
 test_parse_server_args.py uses too (the session fixtures in conftest.py): SGLang's import (3 to 15
@@ -26,7 +26,7 @@ from conftest import MODULE_UTILS_DIR
 from double_harness import load_double
 
 PARSER_SCRIPT = MODULE_UTILS_DIR / "_parse_server_args.py"
-from test_parse_server_args import RELEASES
+from unit.plugins.module_utils.test_parse_server_args import RELEASES
 
 pytestmark = pytest.mark.skipif(os.environ.get("SGLANG_PARSER_TESTS", "1") == "0",
                                 reason="SGLANG_PARSER_TESTS=0")

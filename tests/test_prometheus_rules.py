@@ -1,6 +1,6 @@
 """examples/prometheus/alerts.yml, checked and unit-tested by Debian's promtool.
 
-The rules use only series the role's textfile writes (tests/test_live_metrics.py renders
+The rules use only series the role's textfile writes (tests/unit/plugins/module_utils/test_live_metrics.py renders
 it) and SGLang's own sglang:spec_accept_length; alerts_test.yml feeds them series and
 states which alerts fire, with which labels and annotations.
 """

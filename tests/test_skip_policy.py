@@ -190,8 +190,8 @@ def test_the_list_is_valid_and_every_entry_has_a_reason():
     ("molecule/fleet/tests/test_ssh_distro.py::test_x[ansible://h]", "deselected",
      {"MOLECULE_SCENARIO_NAME": "fleet", "MOLECULE_DISTRO": "bookworm"}, False),
     # The machine-dependent split: Debian 12 packages no Python 3.9 or 3.10.
-    ("tests/test_patch_releases.py::test_engine_runs_on_python_39", "skipped", {}, True),
-    ("tests/test_parse_server_args.py::test_defaults_parse[0.5.9]", "skipped", {}, False),
+    ("tests/unit/plugins/module_utils/test_eagle3.py::test_engine_runs_on_python_39", "skipped", {}, True),
+    ("tests/unit/plugins/module_utils/test_parse_server_args.py::test_defaults_parse[0.5.9]", "skipped", {}, False),
 ])
 def test_the_list_names_the_deliberate_splits_only(nodeid, outcome, env, listed):
     _, entries = policy.load(LIST)

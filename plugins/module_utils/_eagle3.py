@@ -332,7 +332,7 @@ def fingerprint_value(result: Dict[str, Any]) -> str:
     Release, deepseek_v2.py's sha256_after and the companion dict as Python prints
     it, joined by spaces: byte for byte what the role rendered in Jinja before this
     value moved here, so that a host recorded by an older collection is not
-    restarted by the upgrade (tests/test_probe.py keeps the old rendering to prove
+    restarted by the upgrade (tests/unit/plugins/modules/test_sglang_probe.py keeps the old rendering to prove
     it). Audit and present give the same text on a compliant host, since
     sha256_after is then the file's current hash.
     """

@@ -57,7 +57,7 @@ def native_layer_ids(layer_ids: Sequence[int]) -> List[int]:
 # --------------------------------------------------------------- capture range
 
 # Where each forward family captures, read in DeepseekV2Model.forward of the releases
-# (and executed on CPU by tests/test_forward_capture.py). Every family captures the stream
+# (and executed on CPU by tests/unit/plugins/module_utils/test_forward.py). Every family captures the stream
 # *entering* layer i, inside ``for i in range(start_layer, end_layer)``, so the
 # output of the last decoder layer (index num_hidden_layers) is never captured:
 #   L (0.5.4.post2 .. 0.5.13.post1): before layer i, ``if i in self.layers_to_capture``;

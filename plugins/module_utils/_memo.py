@@ -6,7 +6,7 @@
 An audit of the same bytes by the same engine with the same request gives the
 same answer, so the probe of a compliant host need not parse ~10k lines of
 SGLang again on every rerun. The memo is keyed on everything the audit reads
-(``audit_inputs`` lists it; tests/test_audit_memo.py proves the audit opens
+(``audit_inputs`` lists it; tests/unit/plugins/module_utils/test_memo.py proves the audit opens
 nothing else) plus the source of every engine file (``ENGINE_MODULES``) and the
 interpreter: change one byte of any of them and the audit runs in full again.
 Standard library only (hosts run python3 3.9 to 3.13).
@@ -42,7 +42,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._families import v
 AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
-# file joins here (tests/test_audit_memo.py checks the list against the imports).
+# file joins here (tests/unit/plugins/module_utils/test_memo.py checks the list against the imports).
 ENGINE_MODULES = (_changeset, _distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
                   _forward_code, _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 

@@ -56,7 +56,7 @@ def read_num_hidden_layers(model_dir: str) -> Optional[int]:
 
 
 # The model classes sglang/srt/models/deepseek_v2.py registers (its EntryClass), the
-# same in every release from 0.5.4.post2 to 0.5.23 (tests/test_target_model.py reads
+# same in every release from 0.5.4.post2 to 0.5.23 (tests/unit/plugins/module_utils/test_modeldirs.py reads
 # them from the real files). SGLang picks the class from ``architectures``; anything
 # else is served by another file, where the patch and the layer ids mean nothing.
 DEEPSEEK_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM")

@@ -1,4 +1,5 @@
-"""A CPU-only venv in which SGLang's own ServerArgs runs, for tests/test_parse_server_args.py.
+"""A CPU-only venv in which SGLang's own ServerArgs runs, for
+tests/unit/plugins/module_utils/test_parse_server_args.py.
 
 Built once under ``${SGLANG_PARSER_VENV:-~/.cache/sglang-remediation/parser-venv}``
 (next to the wheel cache), idempotent and locked against parallel pytest runs:

@@ -218,7 +218,7 @@ def ansible_env(tmp: Path) -> dict:
         ANSIBLE_REMOTE_TEMP=str(tmp / "ansible-remote"),
         ANSIBLE_HOME=str(tmp / "ansible-home"),
         # The test double that records as sglang_gate's record does (no server to gate here).
-        ANSIBLE_LIBRARY=str(Path(__file__).parent / "modules"),
+        ANSIBLE_LIBRARY=str(REPO / "tests" / "modules"),
     )
 
 

@@ -5,7 +5,7 @@ The table is read with ``ast`` from the downloaded wheels (one release per famil
 and every boundary of the support matrix of docs/docsite/rst/guide_releases.rst), then each rule is checked on
 it: unknown flags, managed dests reached by alias, ``--flag=value`` or prefix,
 ambiguous prefixes, the capture-breaking flags, --config and model overrides.
-Where the parser venv exists, tests/test_parse_server_args.py compares these
+Where the parser venv exists, tests/unit/plugins/module_utils/test_parse_server_args.py compares these
 tables with SGLang's own argparse.
 """
 

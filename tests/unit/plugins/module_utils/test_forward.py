@@ -28,7 +28,7 @@ from typing import Tuple
 
 import pytest
 
-from conftest import DIST, HUNKS, LIBRARY, MODULE_UTILS_DIR, E, run_module
+from conftest import DIST, HUNKS, LIBRARY, MODULE_UTILS_DIR, REPO, E, run_module
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward as F
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward_code as FC
 import parser_venv
@@ -349,7 +349,7 @@ def test_failed_forward_check_restores_the_pristine_files(make_venv, patches, to
 
 # ------------------------------------------------------ the GPU-less test double
 
-DOUBLE = Path(__file__).resolve().parents[1] / "files" / "sglang_test_double" / "sglang_test_double.py"
+DOUBLE = REPO / "files" / "sglang_test_double" / "sglang_test_double.py"
 JUDGE = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("sglang_test_double", sys.argv[1])

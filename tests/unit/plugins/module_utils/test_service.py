@@ -2,18 +2,14 @@
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import jinja2
 import pytest
 from ansible.plugins.filter.core import FilterModule as CoreFilters
 
-ROOT = Path(__file__).resolve().parents[1]
-ROLE = ROOT / "roles" / "sglang"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import COLLECTIONS_PATH, REPO as ROOT  # noqa: F401 (puts the collection on sys.path)
 
-from conftest import COLLECTIONS_PATH  # noqa: E402,F401 (puts the collection on sys.path)
+ROLE = ROOT / "roles" / "sglang"
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import FilterModule  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service as svc  # noqa: E402
 

@@ -11,12 +11,12 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from conftest import REPO
+
+ROOT = str(REPO)
 MODULE_UTILS = os.path.join(ROOT, "plugins", "module_utils")
-FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
+FIXTURES = os.path.join(ROOT, "files", "models")
 sys.path.insert(0, MODULE_UTILS)
-sys.path.insert(0, HERE)
 
 import _speculative as ss  # noqa: E402
 import _draftconfig as dc  # noqa: E402
@@ -385,7 +385,7 @@ def test_the_input_contract_refuses_malformed_int_strings_with_the_variable_name
     """'--5' passed lstrip('-').isdigit() and crashed int(); it must be refused by name (the role's one
     input contract, fleetops.sglang.variable_errors, which preflight and the probe's action apply)."""
     from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters
-    from test_inputs import defaults
+    from unit.plugins.module_utils.test_inputs import defaults
 
     def refused(**changes):
         return filters.variable_errors(dict(defaults(), **changes))

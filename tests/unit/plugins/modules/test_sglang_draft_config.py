@@ -14,15 +14,13 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-MODULE = os.path.join(ROOT, "plugins", "modules", "sglang_draft_config.py")
-FIXTURES = os.path.join(os.path.dirname(HERE), "files", "models")
-TARGET = os.path.join(FIXTURES, "deepseek-v3")
-sys.path.insert(0, HERE)
+from conftest import COLLECTIONS_PATH, FILEIO, REPO, run_module
+from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors
 
-from conftest import COLLECTIONS_PATH, FILEIO, run_module  # noqa: E402
-from safetensors_fixture import DEEPSEEK_V3_EAGLE3_TENSORS, write_safetensors  # noqa: E402
+ROOT = str(REPO)
+MODULE = os.path.join(ROOT, "plugins", "modules", "sglang_draft_config.py")
+FIXTURES = os.path.join(ROOT, "files", "models")
+TARGET = os.path.join(FIXTURES, "deepseek-v3")
 
 KEY = "eagle_aux_hidden_state_layer_ids"
 

@@ -6,13 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import COLLECTIONS_PATH
+from conftest import COLLECTIONS_PATH, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 ANSIBLE_PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 
 PLAYBOOK = """

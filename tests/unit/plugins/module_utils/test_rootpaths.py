@@ -13,7 +13,7 @@ import os
 import pytest
 
 from conftest import run_module
-from test_probe import MODULE
+from unit.plugins.modules.test_sglang_probe import MODULE
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _rootpaths as RP
 

@@ -13,10 +13,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import REPO
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import report_merge
-from test_fleet_report import Inventory, Stats, fact, play, report, result
+from unit.plugins.callback.test_sglang_report import Inventory, Stats, fact, play, report, result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "molecule" / "shared"))
+sys.path.insert(0, str(REPO / "molecule" / "shared"))
 from scenario_helpers import awx_slices  # noqa: E402
 
 
@@ -224,7 +225,7 @@ def test_under_ansible_runner_the_report_goes_into_the_jobs_artifacts(tmp_path, 
 
 def merge_playbook(tmp_path, extra_vars, hosts=HOSTS):
     """playbooks/report_merge.yml on the controller, over an inventory whose group sglang is ``hosts``."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = REPO
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(json.dumps({"sglang": {"hosts": {h: None for h in hosts}}}))
     (tmp_path / "vars.json").write_text(json.dumps(extra_vars))
