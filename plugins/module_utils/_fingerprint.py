@@ -22,8 +22,10 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import ato
 
 
 def tree_digest(directory: str) -> str:
-    """sha256 of a directory's entries (name, size, mtime in ns, links followed): what a server that
-    reads the directory was started from, without reading gigabytes of weights. 'missing' when absent."""
+    """sha256 of a directory's entries (name, size, modification time in whole seconds, links followed):
+    what a server that reads the directory was started from, without reading gigabytes of weights.
+    'missing' when absent. Whole seconds: a copy that keeps times (an image layer's tar, rsync -t, some
+    network file systems) keeps no more than that, and must not read as a new export."""
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:
@@ -32,7 +34,7 @@ def tree_digest(directory: str) -> str:
     for name in names:
         try:
             st = os.stat(os.path.join(directory, name))
-            lines.append("%s\t%d\t%d\n" % (name, st.st_size, st.st_mtime_ns))
+            lines.append("%s\t%d\t%d\n" % (name, st.st_size, int(st.st_mtime)))
         except FileNotFoundError:
             lines.append("%s\tdangling\n" % name)
     return hashlib.sha256("".join(lines).encode("utf-8", "surrogateescape")).hexdigest()
