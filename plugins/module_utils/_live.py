@@ -137,7 +137,7 @@ def redacted(value: Any) -> Any:
 # What the gate reads of the server's systemd unit between health polls, to tell a server that
 # exited (a crash at start, restarted by systemd again and again) from one still loading its model.
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "MainPID", "ExecMainCode", "ExecMainStatus", "Result",
-                   "ExecMainStartTimestampMonotonic")
+                   "ExecMainStartTimestampMonotonic", "InvocationID")
 # A name that holds a secret (an environment variable, a flag, a field a server logs).
 SECRET_NAME = re.compile(r"(?i)(api[_-]?key|token|secret|passw(or)?d|credential)")
 # A value assigned to such a name (the name ends with the secret's word: hf_token, api_key, not
@@ -194,7 +194,7 @@ def unit_exit(first: Dict[str, str], now: Dict[str, str]) -> Optional[Dict[str, 
     if not exited:
         return None
     return {"state": "%s (%s)" % (now.get("ActiveState", "?"), now.get("SubState", "?")), "restarts": restarts,
-            "exit": exit_text(now), "result": now.get("Result", "")}
+            "exit": exit_text(now), "result": now.get("Result", ""), "invocation": now.get("InvocationID", "")}
 
 
 def redact_text(text: str, secrets: Sequence[str] = ()) -> str:

@@ -344,11 +344,18 @@ def secrets_of(api_key_file, env_file):
     return [v for v in values if v]
 
 
-def journal_tail(module, service, secrets):
-    rc, out, _err = module.run_command(["journalctl", "-u", service, "-n", str(JOURNAL_LINES), "--no-pager",
-                                        "-o", "cat"])
-    if rc != 0:
-        return []
+def journal_tail(module, service, secrets, invocation=""):
+    """The last lines of the server's last start (its invocation: the server's output and systemd's
+    lines about it), else of the unit; secrets redacted."""
+    tail = ["-n", str(JOURNAL_LINES), "--no-pager", "-o", "cat"]
+    out = ""
+    if invocation:
+        rc, out, _err = module.run_command(["journalctl", "_SYSTEMD_INVOCATION_ID=" + invocation, "+",
+                                            "INVOCATION_ID=" + invocation] + tail)
+        out = out if rc == 0 else ""
+    if not out.strip():
+        rc, out, _err = module.run_command(["journalctl", "-u", service] + tail)
+        out = out if rc == 0 else ""
     return [redact_text(line, secrets)[:400] for line in out.splitlines()[-JOURNAL_LINES:]]
 
 
@@ -395,8 +402,10 @@ def main():
         result["healthy_after"] = started_ago(unit(), time.monotonic())
     if gone is not None:
         # Not a failure either: the caller's `until` stops on crashed, and its fail says why.
+        invocation = gone.pop("invocation", "")
         result.update(exit=gone, journal=journal_tail(module, p["service"],
-                                                      secrets_of(p["api_key_file"], p["environment_file"])))
+                                                      secrets_of(p["api_key_file"], p["environment_file"]),
+                                                      invocation))
         result["msg"] = "%s: the server %s before it became healthy; its unit is %s (%d restarts by systemd)" % (
             p["service"], gone["exit"], gone["state"], gone["restarts"])
         module.exit_json(**result)
