@@ -163,7 +163,8 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
         assert "forward: not executed (no torch)" in runs["remediate --diff -v"].output
         # The replaced file (the demo token) was kept in the run's change set, 0600 root's under
         # the state dir, not next to the live one.
-        assert host.run("ls /etc/sglang").stdout.split() == ["sglang.env"]
+        # (Beside it, the draft view the server reads: a directory of the role's own.)
+        assert host.run("ls /etc/sglang").stdout.split() == ["sglang.draft", "sglang.env"]
         kept = host.run("grep -rlsF hf_demo_not_a_real_token %s | xargs -r stat -c '%%a %%U %%n'"
                         % CHANGES).stdout.splitlines()
         assert kept and all(line.startswith("600 root %s/" % CHANGES) for line in kept), kept
