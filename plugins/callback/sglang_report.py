@@ -127,6 +127,10 @@ from ansible_collections.fleetops.sglang.plugins.plugin_utils._report import (
 )
 
 
+# The row's columns the callback sets itself (the error and failed task it takes below, by its rule).
+CALLBACK_COLUMNS = frozenset(("host", "status", "batch", "action", "soak", "stats", "error", "failed_task"))
+
+
 def play_mode(play: Any) -> str:
     """The run's mode as a fleet play's variables say it (extra variables win, as in Ansible):
     the same two variables, read by the same function, as the mode of the rows the role sets."""
@@ -301,13 +305,11 @@ class CallbackModule(CallbackBase):
         # The row is built typed by plugins/plugin_utils/_rows.py: taken as it is.
         fact = plain(fact)
         row = self._row(host)
-        for key in ("release", "decision", "family", "file_state_before", "sha256_before", "sha256_after",
-                    "companion", "health", "mode", "forward", "evidence", "draft_layer_ids", "restart_reasons",
-                    "drift", "server_args_warnings", "rollback", "left", "changes", "speculative_flags", "compliant",
-                    "restart_needed", "restarted", "restarts", "adopted", "rolled_back", "accept_length",
-                    "tokens_per_s", "out_of_rotation_s", "restart_to_healthy_s"):
-            if key in fact:
-                row[key] = fact[key]
+        # Every column of the row builder's, but the callback's own (and the error, below); not a
+        # list of them here, which a new column would miss. The run's mode comes with the row too.
+        for key, value in fact.items():
+            if key not in CALLBACK_COLUMNS and (key in row or key == "mode"):
+                row[key] = value
         if "live" in fact:
             row.update(live_columns(fact["live"]))
         if fact.get("error"):
