@@ -182,7 +182,7 @@ TRANSACTION_PLAY = """\
 def test_a_wrong_input_to_the_transaction_is_refused_before_its_first_step(tmp_path, wrong, named):
     good = {"_sglang_tx_action": "apply", "_sglang_tx_restore": None, "_sglang_tx_stop": False,
             "_sglang_tx_enabled": None, "_sglang_tx_serve": True, "_sglang_tx_drain": True,
-            "_sglang_tx_undrain": True, "_sglang_tx_close": None}
+            "_sglang_tx_undrain": True, "_sglang_tx_close": None, "_sglang_tx_release": None}
     assert set(good) == set(_transaction_spec())
     inline = yaml.safe_dump(dict(good, **wrong), default_flow_style=True).strip()
     (tmp_path / "play.yml").write_text(TRANSACTION_PLAY % {"tasks": ROLE / "tasks" / "transaction.yml",

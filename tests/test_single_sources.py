@@ -156,14 +156,16 @@ def test_the_server_flags_module_reports_the_release_as_find_installation_reads_
     assert rc == 0 and res["release"] is None and res["reason"].startswith("no SGLang installed in "), res
 
 
-def test_install_yml_asks_the_module_and_compares_its_release():
+def test_install_yml_builds_only_into_the_release_the_plan_names():
+    """One plan (sglang_release, read-only, also in check mode) says which release is deployed and
+    whether it is built; pip installs into that release's directory only then, never into the link."""
     install = TASKS / "install.yml"
-    find = _task(install, "Find the SGLang release installed in the virtualenv")
-    assert set(find["fleetops.sglang.sglang_server_flags"]) == {"venv"} and find["register"] == "_sglang_installed"
-    # Read-only, so it runs in check mode as it is (no check_mode: false needed).
-    assert "check_mode" not in find and find["when"] == ["ansible_check_mode"]
-    pip = _task(install, "Install the pinned SGLang into the virtualenv")
-    assert "_sglang_installed.release != sglang_version" in pip["changed_when"]
+    plan = _task(install, "Find the release this run deploys")
+    assert plan["fleetops.sglang.sglang_release"]["state"] == "planned" and plan["register"] == "_sglang_release"
+    assert plan["check_mode"] is False and "always" in plan["tags"]
+    pip = _task(install, "Install the pinned SGLang into the new release's virtualenv")
+    assert pip["ansible.builtin.pip"]["virtualenv"] == "{{ _sglang_release.dir }}"
+    assert pip["when"] == ["_sglang_release.build"]
 
 
 # ------------------------------------------------------------------ the run's mode

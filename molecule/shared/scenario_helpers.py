@@ -126,7 +126,8 @@ def assert_rerun_changes_nothing(host, extra_vars: Optional[Dict[str, Any]], sta
     before = snapshot(host)
     run = run_playbook(extra_vars=extra_vars)
     assert run.rc == 0 and run.changed() == 0, run.tail(120)
-    assert snapshot_diff(before, snapshot(host)) == []
+    diff = snapshot_diff(before, snapshot(host))
+    assert diff == [], diff
     assert starts(host) == starts_so_far
     return run
 

@@ -23,6 +23,7 @@ from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rollout
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
+from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 
 
@@ -30,6 +31,12 @@ def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> li
     """Every reason the role's variables cannot work, each naming the variable, its
     value and what is accepted; the one preflight task refuses the run on any."""
     return _inputs.variable_errors(dict(values or {}), live_prompts=int(live_prompts))
+
+
+def release_id(version: Any, lock: Any = "") -> str:
+    """The identity of the release a host deploys: ``<version>-<lock sha256[:12]>-<patch set sha256[:12]>``
+    (plugins/module_utils/_releases.py, the one rule the host's module and the probe use too)."""
+    return _releases.release_id(str(version), str(lock or ""))
 
 
 def noncompliant_hosts(hosts: Any, rows: Any) -> list[str]:
@@ -206,4 +213,5 @@ class FilterModule:
             "flag_lines": flag_lines,
             "service_directive_lines": directive_lines,
             "service_paths": service_paths,
+            "release_id": release_id,
         }

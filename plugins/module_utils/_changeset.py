@@ -6,21 +6,19 @@
 A run that writes opens a change set first (``open_set``), before its first write.
 It records, in ``<state_dir>/changes/<id>/``, everything the run may replace:
 
-* the release installed in the venv (or none), with the bytes of the SGLang files
-  the engine patches, and the pip arguments that installed it;
+* the release that served (``sglang_venv``'s link to a release directory, see ``_releases``), and
+  the release directories the run builds (``note_release``);
 * every configuration file the run writes (the draft's ``config.json``, the unit,
   the environment file, the fingerprint of what runs, the pinned requirement): its
   bytes, owner, mode and sha256, or that it did not exist;
 * what exists only to be listed if the run created it (directories, the service
   account) and whether the service was active and enabled.
 
-The engine adds the SGLang files it is about to patch (``remember``), after an
-install: those are the bytes a restore must put back first. ``restore_set`` walks
-the entries newest first, so a failed run on a freshly installed or upgraded
-release first gets that release's pristine file back, then the previous release
-(pip, with the same arguments) and its own bytes. ``close_set`` ends a run that
-reached its gates (or needed none): a set that changed nothing is discarded, so the
-rollback playbook never "restores" a no-op run.
+``restore_set`` puts the files back newest entry first, then switches the link back to the
+release that served (no package index: that release is still on the host, sealed) and removes
+the releases the run built. A release is never written once sealed, so nothing inside one is put
+back. ``close_set`` ends a run that reached its gates (or needed none): a set that changed
+nothing is discarded, so the rollback playbook never "restores" a no-op run.
 
 Blobs are root's, 0600, in 0700 directories (the environment file holds secrets);
 the newest ``keep`` sets are kept. Standard library only (hosts run python3 3.9+).
@@ -38,9 +36,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
-    EngineError, NotInstalled, TARGET_FILES, Installation, find_installation,
+    DEEPSEEK_FILE, EngineError, NotInstalled, Installation, find_installation,
 )
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, sha256_hex
+from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 
 CHANGES_DIR = "changes"
 MANIFEST = "manifest.json"
@@ -49,8 +48,6 @@ MANIFEST = "manifest.json"
 # (sglang_rollback_on_failure=false); interrupted when a later run found it still open (its run
 # died); restored once put back (by the run's own undo or by the rollback playbook).
 APPLIED = ("closed", "kept", "interrupted")
-
-RunCommand = Callable[[List[str]], Tuple[int, str, str]]
 
 
 class RestoreError(EngineError):
@@ -128,8 +125,7 @@ def _exists(path: str) -> bool:
 # ------------------------------------------------------------------ open
 
 
-def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict[str, Any],
-             dirs: List[str], user: str, group: str, service: Dict[str, bool], keep: int = 5,
+def open_set(state_dir: str, run_id: str, files: List[str], venv: str, dirs: List[str], user: str, group: str, service: Dict[str, bool], keep: int = 5,
              now: Callable[[], float] = time.time) -> Dict[str, Any]:
     """Open this run's change set and record what it may replace; returns its manifest, its directory
     (``dir``) and the release found in the venv (``release``: None where no SGLang is installed)."""
@@ -148,16 +144,12 @@ def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict
     entries: List[Dict[str, Any]] = []
     manifest: Dict[str, Any] = {"id": new_id, "run_id": run_id, "opened": int(now()), "state": "open",
                                 "service": dict(service), "entries": entries, "blobs": 0}
-    release: Dict[str, Any] = {"kind": "release", "venv": venv, "version": None, "site_packages": None,
-                               "pip": dict(pip or {}), "sources": []}
-    inst = _installation(venv)
-    if inst is not None:
-        release.update(version=inst.version, site_packages=inst.site_packages)
-        for rel in TARGET_FILES:
-            path = inst.path(rel)
-            if os.path.exists(path):
-                release["sources"].append(_file_entry(set_dir, path, "release", manifest))
-    entries.append(release)
+    # The switch of staged releases (sglang_venv, a link): the release that served before this run, put
+    # back by pointing the link at it again (no pip). An in-place venv (2.x) is recorded as it is; the
+    # run's adoption (``adopted``) then names the release directory it became.
+    state = _releases.switch_state(venv)
+    entries.append({"kind": "switch", "venv": venv, "target": state["target"] if state["kind"] == "link" else None,
+                    "in_place": state["kind"] == "dir", "version": _installed_version(venv), "built": []})
     for path in files:
         entries.append(_file_entry(set_dir, path, "open", manifest))
     for path in dirs:
@@ -167,7 +159,7 @@ def open_set(state_dir: str, run_id: str, files: List[str], venv: str, pip: Dict
                     "group_existed": _account_exists(grp.getgrnam, group)})
     _save(set_dir, manifest)
     _prune(root, keep)
-    return dict(manifest, dir=set_dir, release=release["version"])
+    return dict(manifest, dir=set_dir, release=entries[0]["version"])
 
 
 def _account_exists(lookup: Callable[[str], Any], name: str) -> bool:
@@ -191,17 +183,25 @@ def _prune(root: str, keep: int) -> List[str]:
     return removed
 
 
-def remember(set_dir: str, path: str, by: str) -> bool:
-    """Record ``path`` as it is now, before ``by`` writes it; once per writer and path."""
+def _switch_entry(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    entry = next((e for e in manifest["entries"] if e.get("kind") == "switch"), None)
+    if entry is None:
+        raise EngineError("change set %s records no release switch" % manifest.get("id"))
+    return entry
+
+
+def note_release(set_dir: str, adopted: Optional[str] = None, built: Optional[str] = None) -> None:
+    """Record, in the open set, the release directory an in-place venv became (``adopted``: what served
+    before the run, switched back to by an undo) or one this run builds (``built``: removed by an undo)."""
     manifest = load(set_dir)
     if manifest.get("state") != "open":
         raise EngineError("change set %s is %s, not open" % (set_dir, manifest.get("state")))
-    entries = manifest["entries"]
-    if any(e.get("kind") == "file" and e.get("path") == path and e.get("by") == by for e in entries):
-        return False
-    entries.append(_file_entry(set_dir, path, by, manifest))
+    entry = _switch_entry(manifest)
+    if adopted:
+        entry["target"] = adopted
+    if built and built not in entry["built"]:
+        entry["built"].append(built)
     _save(set_dir, manifest)
-    return True
 
 
 # ------------------------------------------------------------------ compare
@@ -242,7 +242,11 @@ def changes(manifest: Dict[str, Any]) -> List[str]:
     """What differs now from what the set recorded, as the report lists it."""
     out: List[str] = []
     for entry in manifest["entries"]:
-        if entry["kind"] == "release":
+        if entry["kind"] == "switch":
+            now = _releases.switch_state(entry["venv"])
+            if now["kind"] == "link" and now["target"] != entry["target"]:
+                out.append("%s -> %s (was %s)" % (entry["venv"], now["target"], entry["target"] or "(none)"))
+        elif entry["kind"] == "release":
             now = _installed_version(entry["venv"])
             if now != entry["version"]:
                 out.append("sglang %s -> %s in %s" % (entry["version"] or "(none)", now or "(none)", entry["venv"]))
@@ -250,13 +254,6 @@ def changes(manifest: Dict[str, Any]) -> List[str]:
             exists, digest, _mode, _ids_ = _current(entry["path"])
             out.append("%s %s -> %s" % (entry["path"], entry.get("sha256", "(absent)")[:12] if entry["existed"]
                                         else "(absent)", digest[:12] if exists else "(absent)"))
-    seen = set()
-    for entry in manifest["entries"]:
-        if entry["kind"] == "file" and entry["by"] != "open" and entry["path"] not in seen and _differs(entry):
-            seen.add(entry["path"])
-            exists, digest, _mode, _ids_ = _current(entry["path"])
-            out.append("%s %s -> %s" % (entry["path"], entry.get("sha256", "(absent)")[:12],
-                                        digest[:12] if exists else "(absent)"))
     return out
 
 
@@ -283,6 +280,17 @@ def newest_applied(state_dir: str) -> Optional[str]:
         if load(set_dir).get("state") in APPLIED:
             return set_dir
     return None
+
+
+def rollback_targets(state_dir: str) -> List[str]:
+    """The releases the kept sets would switch back to: a prune must leave them."""
+    root = changes_root(state_dir)
+    out = []
+    for set_id in _ids(root):
+        for entry in load(os.path.join(root, set_id))["entries"]:
+            if entry.get("kind") == "switch" and entry.get("target"):
+                out.append(entry["target"])
+    return out
 
 
 # ------------------------------------------------------------------ restore
@@ -312,40 +320,54 @@ def _put_back(set_dir: str, entry: Dict[str, Any], check_mode: bool) -> Optional
             {"path": path, "sha256": entry["sha256"], "mode": entry["mode"], "owner": entry["owner"]})
 
 
-def _reinstall(entry: Dict[str, Any], run_command: RunCommand, check_mode: bool) -> str:
-    """Put the previous release back into the venv with the arguments that installed it."""
-    pip = entry.get("pip") or {}
-    python = os.path.join(entry["venv"], "bin", "python")
-    argv = [python, "-m", "pip", "install", "--disable-pip-version-check"] + list(pip.get("args") or [])
-    requirement = pip.get("requirement")
-    if requirement and _pins(requirement, entry["version"]):
-        # The previous install was hash-checked: its own requirement file (put back first) says how.
-        argv += ["--require-hashes", "-r", requirement]
-    else:
-        argv.append("sglang==%s" % entry["version"])
-    if check_mode:
-        return "sglang %s would be reinstalled in %s" % (entry["version"], entry["venv"])
-    # pip's environment as the install task's: PIP_CONFIG_FILE names the 0600 file with the index
-    # (its URL may hold credentials, so it is never in argv or in this manifest).
-    environment = {str(k): str(v) for k, v in (pip.get("environment") or {}).items()}
-    rc, out, err = run_command(argv, environ_update=environment) if environment else run_command(argv)
-    if rc != 0:
-        raise RestoreError("could not put sglang %s back into %s (pip exited %d: %s); the SGLang files were"
-                           " left as the failed run's release has them, pristine"
-                           % (entry["version"], entry["venv"], rc, (err or out).strip()[-400:]))
-    return "sglang %s reinstalled in %s" % (entry["version"], entry["venv"])
+def _switch_back(entry: Dict[str, Any], check_mode: bool) -> List[Tuple[str, Optional[Dict[str, Any]]]]:
+    """Point the venv's link at the release that served before the run (no package index: it is on the
+    host, sealed or adopted), then remove the releases this run built. Raises RestoreError when that
+    release is gone or no longer as sealed."""
+    lines: List[str] = []
+    now = _releases.switch_state(entry["venv"])
+    target = entry.get("target")
+    if target and now["target"] != target:
+        marker = _releases.read_marker(target) or {}
+        damaged = [] if marker.get("adopted") and not marker.get("id") and os.path.isdir(target) \
+            else _releases.problems(target, marker)
+        if damaged:
+            raise RestoreError("could not switch %s back to %s, the release that served before the run: %s; %s"
+                               " still points at %s" % (entry["venv"], target, "; ".join(damaged), entry["venv"],
+                                                       now["target"] or "(nothing)"),
+                               left=["%s -> %s (the release switched to by the failed run)" % (
+                                   entry["venv"], now["target"])])
+        if not check_mode:
+            _releases.switch(entry["venv"], target)
+        record = None
+        sealed = (marker.get("files") or {}).get(DEEPSEEK_FILE)
+        if sealed:
+            site = find_installation(target, record=False).site_packages
+            path = os.path.join(entry["venv"], os.path.relpath(site, target), DEEPSEEK_FILE)
+            record = {"path": path, "sha256": sealed, "mode": None, "owner": None}
+        lines.append(("%s switched back to %s (sglang %s)" % (entry["venv"], target, entry.get("version")), record))
+    for built in entry.get("built") or []:
+        if os.path.realpath(built) == (target or now["target"]) or not os.path.isdir(built):
+            continue
+        if not check_mode:
+            _releases.remove_build(built)
+        lines.append(("%s removed (built by this run)" % built, None))
+    return lines
 
 
-def _pins(requirement: str, version: str) -> bool:
-    """Whether the requirement file (as put back) pins exactly ``version`` of sglang."""
-    try:
-        with open(requirement) as fh:
-            return any(line.split()[0] == "sglang==%s" % version for line in fh if line.strip())
-    except OSError:
-        return False
+def _legacy_release(entry: Dict[str, Any]) -> None:
+    """A set recorded by 2.x (the release in an in-place venv): nothing to do when that release still
+    serves; a release change cannot be put back from it (that was a reinstall by pip)."""
+    now_version = _installed_version(entry["venv"])
+    if now_version != entry["version"]:
+        raise RestoreError(
+            "this change set was recorded by collection 2.x, before staged releases: it would put sglang %s back"
+            " into %s by pip, which this collection no longer does (a release is switched to, never reinstalled"
+            " in place). Pin sglang_version=%s and run playbooks/remediate.yml instead"
+            % (entry["version"], entry["venv"], entry["version"]))
 
 
-def restore_set(set_dir: str, run_command: RunCommand, check_mode: bool = False,
+def restore_set(set_dir: str, check_mode: bool = False,
                 now: Callable[[], float] = time.time) -> Dict[str, Any]:
     """Put back everything the set recorded, newest entry first; what was restored and left."""
     manifest = load(set_dir)
@@ -360,27 +382,30 @@ def restore_set(set_dir: str, run_command: RunCommand, check_mode: bool = False,
             restored.append(done[0])
             files.append(done[1])
 
-    # Configuration first, so that a release reinstalled with hashes finds its own requirement.
+    # The configuration first, newest entry first. A file a 2.x run's engine recorded inside its
+    # in-place venv is left: that venv is a release now, and a release is never written.
     for entry in reversed(entries):
-        if entry["kind"] == "file":
+        if entry["kind"] == "file" and entry["by"] == "open":
             put_back(entry)
     for entry in entries:
-        if entry["kind"] == "release":
-            now_version = _installed_version(entry["venv"])
-            if entry["version"] is None:
-                if now_version is not None:
-                    left.append("%s with sglang %s (installed by this run)" % (entry["venv"], now_version))
-            elif now_version != entry["version"]:
-                try:
-                    restored.append(_reinstall(entry, run_command, check_mode))
-                except RestoreError as exc:
-                    left.append("%s with sglang %s (reinstalling sglang %s failed)" % (
-                        entry["venv"], now_version, entry["version"]))
-                    raise RestoreError(str(exc), restored, left, files)
-            for source in entry["sources"]:
-                put_back(source)
+        if entry["kind"] in ("switch", "release"):
+            try:
+                if entry["kind"] == "release":
+                    _legacy_release(entry)
+                else:
+                    for line, record in _switch_back(entry, check_mode):
+                        restored.append(line)
+                        if record:
+                            files.append(record)
+            except RestoreError as exc:
+                raise RestoreError(str(exc), restored, left + exc.left, files)
+            link = _releases.switch_state(entry["venv"])
+            if entry.get("kind") == "switch" and not entry.get("target") and not entry.get("in_place") \
+                    and link["kind"] == "link":
+                left.append("%s -> %s (installed by this run: nothing served before it)" % (
+                    entry["venv"], link["target"]))
         elif entry["kind"] == "dir" and not entry["existed"] and _exists(entry["path"]):
-            if not any(line.startswith(entry["path"] + " with sglang ") for line in left):
+            if not any(line.startswith(entry["path"] + " -> ") for line in left):
                 left.append("%s (created by this run)" % entry["path"])
         elif entry["kind"] == "account":
             if not entry["user_existed"] and _account_exists(pwd.getpwnam, entry["user"]):
@@ -395,6 +420,6 @@ def restore_set(set_dir: str, run_command: RunCommand, check_mode: bool = False,
         else:
             manifest.update(state="restored", restored_at=int(now()), restored_lines=restored, left=left)
             _save(set_dir, manifest)
-    release = next((e["version"] for e in entries if e["kind"] == "release"), None)
+    release = next((e["version"] for e in entries if e["kind"] in ("switch", "release")), None)
     return {"id": manifest["id"], "run_id": manifest.get("run_id"), "restored": restored, "files": files, "left": left,
             "service": manifest.get("service", {}), "release": release, "changed": bool(restored)}

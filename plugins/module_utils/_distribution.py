@@ -147,6 +147,11 @@ def _package_dirs(venv: str) -> List[str]:
     return sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", NAME)))
 
 
+def all_dist_infos(venv: str) -> List[str]:
+    """Every ``*.dist-info`` of every site-packages of ``venv``: its whole installed closure."""
+    return sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "*.dist-info")))
+
+
 def _dist_infos(site: str) -> List[str]:
     """Every ``sglang-*.dist-info`` in one site-packages."""
     return sorted(glob.glob(os.path.join(site, NAME + "-*.dist-info")))

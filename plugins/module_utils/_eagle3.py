@@ -34,7 +34,6 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._distribution impo
     Refusal,
     find_installation,
 )
-from ansible_collections.fleetops.sglang.plugins.module_utils._changeset import remember
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, read_bytes_text, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils._hunks import FileProbe, Hunk, apply_hunks, parse_patch, probe_file
 from ansible_collections.fleetops.sglang.plugins.module_utils._patches import PATCHES
@@ -68,8 +67,6 @@ class Request:
     python: Optional[str] = None
     check_mode: bool = False
     run_command: Optional[RunCommand] = field(default=None, compare=False, repr=False)
-    # The run's open change set (sglang_changeset): each file is recorded there before its write.
-    changeset: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not self.patches:
@@ -213,8 +210,6 @@ def _restore(req: Request, inst: Installation, probes: List[FileProbe], result: 
         data = pristine_bytes_for_restore(req.backup_dir, inst.version, probe)
         result["diff"].append(_diff(probe.path, probe.text, data.decode("utf-8")))
         if not req.check_mode:
-            if req.changeset:
-                remember(req.changeset, probe.path, "sglang_eagle3")
             _replace(probe.path, data)
         result["changed"] = True
         if probe.rel == DEEPSEEK_FILE:
@@ -261,9 +256,6 @@ def _present(req: Request, ids: List[int], inst: Installation,
         result["msg"] = ("would patch: " + pending) if to_write else "already patched"
         return
     written: List[FileProbe] = []
-    if req.changeset:
-        for probe in to_write:
-            remember(req.changeset, probe.path, "sglang_eagle3")
     try:
         for probe in to_write:
             save_backup(req.backup_dir, inst.version, probe)

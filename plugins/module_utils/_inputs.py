@@ -37,11 +37,13 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_rules impo
     check_host,
     check_index_url,
     check_pip_extra_args,
+    check_pip_lock,
     check_install_source,
     check_layer_ids,
     check_live_requests,
     check_mem_fraction,
     check_pp_size,
+    check_releases_dir,
     check_request_timeout,
     check_server_command,
     check_service_name,
@@ -75,6 +77,10 @@ _API_KEY = '"" (none) or 8 to 512 printable ASCII characters without spaces (one
 VARIABLES: Dict[str, Variable] = {
     "sglang_version": Variable('a release string "X.Y.Z[.postN]", quoted, ' + FIRST_SUPPORTED + " or later", check_version),
     "sglang_venv": Variable(_UNIT_PATH + _OWN_DIR, check_path(_UNIT_PATH + _OWN_DIR, unit_safe=True, own_directory=True)),
+    "sglang_releases_dir": accepting(_UNIT_PATH + _OWN_DIR + ", on sglang_venv's file system, neither inside "
+                                    "sglang_venv nor holding it, apart from sglang_state_dir", check_releases_dir),
+    "sglang_releases_keep": Variable("an integer of at least 2 (the release that serves and one to switch back to)",
+                                     check_int_range(2)),
     "sglang_python": Variable(_UNIT_PATH, check_path(_UNIT_PATH, unit_safe=True)),
     "sglang_install_source": Variable('"index" or "wheelhouse" (then sglang_wheelhouse is required)', check_install_source),
     "sglang_pip_index_url": accepting('"" or an http://, https:// or file:// URL without spaces', check_index_url),
@@ -82,6 +88,9 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_wheelhouse_remote": Variable(_UNIT_PATH + _OWN_DIR,
                                          check_path(_UNIT_PATH + _OWN_DIR, unit_safe=True, own_directory=True)),
     "sglang_pip_hashes": accepting("a list of sha256 hex digests (64 hex characters, no sha256: prefix)", check_hashes),
+    "sglang_pip_lock": accepting('"" or the absolute path, on the controller, of a requirements file that pins every '
+                                 "package of the release's closure with ==, each with --hash=sha256:, sglang at "
+                                 "sglang_version, and no pip option", check_pip_lock),
     "sglang_pip_no_deps": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_pip_extra_args": Variable("a list of strings, one item per argument, no URL with credentials",
                                       check_pip_extra_args),

@@ -17,6 +17,7 @@ import re
 from typing import Any, Callable, List, Mapping
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
+from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
 from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import secret_flag, secret_flag_error
 from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_values import (
@@ -112,6 +113,26 @@ def check_hashes(var: str, value: Any, _values: Mapping[str, Any], accepted: str
             for pos, item in enumerate(value) if not (isinstance(item, str) and SHA256_RE.match(item))]
 
 
+def check_pip_lock(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
+    """A lock of the release's whole closure, read on the controller: each line one package pinned with its
+    hashes, sglang at sglang_version, and no second source of hashes (sglang_pip_hashes)."""
+    if value == "":
+        return []
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return [message(var, value, "is not an absolute path", accepted)]
+    try:
+        with open(value, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        return [message(var, value, "cannot be read on the controller (%s)" % exc.strerror, accepted)]
+    if values.get("sglang_pip_hashes"):
+        return [message(var, value, "is given with sglang_pip_hashes: the lock holds sglang's hashes too; give one "
+                        "of them (sglang_pip_hashes: [])", accepted)]
+    version = values.get("sglang_version")
+    return [message(var, value, problem, accepted) for problem in
+            _releases.lock_errors(text, str(version))[:5]]
+
+
 def check_layer_ids(var: str, value: Any, _values: Mapping[str, Any]) -> List[str]:
     return _speculative.validate_layer_ids(value, var=var)
 
@@ -186,7 +207,7 @@ def check_account(kind: str) -> Callable[..., List[str]]:
 
 # What root installs, reads or runs on the host: the service user, who owns sglang_home and everything
 # below it, must not be able to rewrite it (sglang_state_dir has its own rule above: the two stay apart).
-_ROOTS_PATHS = ("sglang_venv", "sglang_wheelhouse_remote", "sglang_python")
+_ROOTS_PATHS = ("sglang_venv", "sglang_releases_dir", "sglang_wheelhouse_remote", "sglang_python")
 
 
 def check_home(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
@@ -215,6 +236,23 @@ def check_state_dir(var: str, value: Any, values: Mapping[str, Any], accepted: s
     if not errors and isinstance(venv, str) and (value.rstrip("/") + "/").startswith(venv.rstrip("/") + "/"):
         errors.append(message(var, value, "is inside sglang_venv=%s, which a reinstall replaces" % venv,
                               accepted))
+    return errors
+
+
+def check_releases_dir(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
+    """Beside sglang_venv (the link to one of them), neither inside the other, apart from the state directory."""
+    errors = path_errors(var, value, accepted, unit_safe=True, own_directory=True)
+    if errors:
+        return errors
+    mine = value.rstrip("/") + "/"
+    for other, why in (("sglang_venv", "the link to the release that serves"),
+                       ("sglang_state_dir", "root's backups, leases and change sets")):
+        path = values.get(other)
+        if isinstance(path, str) and path.startswith("/"):
+            theirs = path.rstrip("/") + "/"
+            if mine.startswith(theirs) or theirs.startswith(mine):
+                errors.append(message(var, value, "overlaps %s=%s (%s); keep the releases beside it, e.g. "
+                                      "sglang_releases_dir=/opt/sglang/releases" % (other, path, why), accepted))
     return errors
 
 

@@ -20,7 +20,6 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from ansible_collections.fleetops.sglang.plugins.module_utils import _changeset
 from ansible_collections.fleetops.sglang.plugins.module_utils import _distribution
 from ansible_collections.fleetops.sglang.plugins.module_utils import _eagle3 as _engine
 from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio
@@ -43,7 +42,7 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/unit/plugins/module_utils/test_memo.py checks the list against the imports).
-ENGINE_MODULES = (_changeset, _distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
+ENGINE_MODULES = (_distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
                   _forward_code, _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 
@@ -73,10 +72,13 @@ def audit_key(req: Request) -> Optional[str]:
         ids = validate_layer_ids(req.layer_ids)
     except ValueError:
         return None
+    # The release the venv resolves to: sglang_venv (the switch, a link) and the release directory it
+    # points at are one audit (the patch step runs on the directory, the probe on the link).
+    venv = os.path.realpath(req.venv)
     h = hashlib.sha256()
-    h.update(repr((AUDIT_MEMO_VERSION, sys.version, engine, os.path.abspath(req.venv), ids,
+    h.update(repr((AUDIT_MEMO_VERSION, sys.version, engine, venv, ids,
                    sorted(req.patches.items()), req.pipeline_parallel_size, req.backup_dir)).encode("utf-8"))
-    for path in audit_inputs(req.venv):
+    for path in audit_inputs(venv):
         if path.startswith("glob:"):
             h.update(path.encode("utf-8"))
             continue

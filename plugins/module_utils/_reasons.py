@@ -23,6 +23,10 @@ REASONS = {
     # The installed release against sglang_version.
     "release.not_installed": "release",
     "release.not_pinned": "release",
+    # The switch of staged releases and the seal of the release it points at (_releases).
+    "release.not_staged": "release",
+    "release.not_sealed": "release",
+    "release.drift": "release",
     # The SGLang files the engine patches (deepseek_v2.py and its companions).
     "source.unpatched": "source",
     "source.restore_needed": "source",
@@ -56,6 +60,9 @@ REASONS = {
     "live.auth_refused": "live_auth",
     "live.auth_missing": "live_auth",
 }
+
+# The staged release's own findings (the probe's, _releases): a dry run's row carries them as they are.
+RELEASE_STAGING = ("release.not_staged", "release.not_sealed", "release.drift")
 
 # The files the role passes to the probe by these names; another name is a generic file.
 FILE_CODES = {"unit": "unit.differs", "environment": "environment.differs", "api_keys": "api_keys.differs"}

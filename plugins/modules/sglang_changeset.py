@@ -17,22 +17,23 @@ extends_documentation_fragment:
 description:
   - A remediating run opens one change set before its first write (O(state=opened)). The set, under
     C(<state_dir>/changes/<id>/), keeps what the run may replace, each as it was, with its bytes, owner, mode
-    and sha256, or the fact that it did not exist - the release in the venv (with the bytes of the SGLang
-    files the role patches and the pip arguments that installed it), the draft's C(config.json), the unit,
+    and sha256, or the fact that it did not exist - the release that serves (C(sglang_venv), a link to one of
+    the staged release directories, M(fleetops.sglang.sglang_release)), the draft's C(config.json), the unit,
     the environment file, the fingerprint of what runs (C(running.json)) and the pinned requirement - and
     whether the service was active and enabled, the directories and the service account it may create.
-  - M(fleetops.sglang.sglang_eagle3) adds the SGLang files it patches to the open set just before it writes
-    them (O(fleetops.sglang.sglang_eagle3#module:changeset)).
+  - M(fleetops.sglang.sglang_release) adds the release directory the run builds, and the one an in-place venv
+    becomes when it is adopted.
   - O(state=closed) ends a run whose change stands (it passed its gates, or needed no restart), with the list of
     what changed; a set that changed nothing is discarded.
   - O(state=kept) ends a failed run whose change is left in place for a person to look at
     (C(sglang_rollback_on_failure=false)) the same way, as V(kept), which C(playbooks/rollback.yml) puts back
     as it puts back a closed one.
-  - O(state=restored) puts a set back, newest entry first - the pristine file of a release this run installed,
-    the previous release (reinstalled by pip with the same arguments) with its own SGLang files, every
-    configuration file byte for byte with its owner and mode (a file that did not exist is removed) - and
-    returns what it restored (with sha256) and what it left (a venv, directories or the account the run
-    created). The role's undo after a failed run restores that run's set; C(playbooks/rollback.yml) restores
+  - O(state=restored) puts a set back - every configuration file byte for byte with its owner and mode (a
+    file that did not exist is removed), newest first, then the link switched back to the release that served
+    before the run (no package index, wheelhouse or network - that release is on the host, and is refused if it
+    no longer matches its seal) and the releases the run built removed - and returns what it restored (with
+    sha256) and what it left (a release, directories or the account the run created on a host that served
+    nothing). The role's undo after a failed run restores that run's set; C(playbooks/rollback.yml) restores
     the newest set whose change stands (O(changeset=newest)).
   - The sets are root's (0700 directories and 0600 files, since the environment file holds secrets); the
     newest O(keep) are kept.
@@ -67,16 +68,8 @@ options:
     elements: path
     default: []
   venv:
-    description: The SGLang virtualenv; its release and the SGLang files the role patches are recorded.
+    description: The switch of staged releases (C(sglang_venv)); the release it points at is recorded.
     type: path
-  pip:
-    description:
-      - How the release is installed, to put a previous one back - C(args), the pip arguments apart from the
-        requirement; C(requirement), the pinned requirement file when installs are hash-checked;
-        C(environment), pip's environment (C(PIP_CONFIG_FILE), the 0600 file that holds the index URL, which
-        may hold credentials and is never an argument).
-    type: dict
-    default: {}
   dirs:
     description: Directories the run may create; a restore lists those it created as left.
     type: list
@@ -101,7 +94,7 @@ options:
 notes:
   - Needs root (become), as the files it records are root's.
 seealso:
-  - module: fleetops.sglang.sglang_eagle3
+  - module: fleetops.sglang.sglang_release
 """
 
 EXAMPLES = r"""
@@ -111,7 +104,6 @@ EXAMPLES = r"""
     state_dir: /var/lib/sglang-remediation
     run_id: "{{ lease.holder.run_id }}"
     venv: /opt/sglang/venv
-    pip: {args: [--no-index, --find-links, /var/cache/sglang/wheelhouse]}
     files:
       - /models/DeepSeek-V3-EAGLE3/config.json
       - /etc/systemd/system/sglang.service
@@ -172,6 +164,8 @@ restored_files:
       RV(restored) is the text for people.
     - RV(restored_files[].sha256), RV(restored_files[].mode) and RV(restored_files[].owner) are V(null) for a file
       the run had created, which the restore removed.
+    - A switch back to the release that served adds the SGLang C(deepseek_v2.py) now in place, under the venv's
+      path, with the sha256 its release was sealed with (mode and owner V(null)); a removed build adds none.
   type: list
   elements: dict
   returned: always
@@ -229,7 +223,6 @@ def main():
             run_id=dict(type="str", default=""),
             files=dict(type="list", elements="path", default=[]),
             venv=dict(type="path"),
-            pip=dict(type="dict", default={}),
             dirs=dict(type="list", elements="path", default=[]),
             user=dict(type="str", default="sglang"),
             group=dict(type="str", default="sglang"),
@@ -248,7 +241,7 @@ def main():
             if module.check_mode:
                 result.update(set_state="open (check mode: not written)", service=service_state(module, p["service"]))
                 module.exit_json(**result)
-            manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["pip"], p["dirs"],
+            manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["dirs"],
                                           p["user"], p["group"], service_state(module, p["service"]), p["keep"])
             result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
                           service=manifest["service"], release=manifest["release"])
@@ -267,7 +260,7 @@ def main():
                 if set_dir is None:
                     result["msg"] = "no change set to roll back under %s" % os.path.join(p["state_dir"], "changes")
                     module.exit_json(**result)
-            restored = changeset.restore_set(set_dir, module.run_command, module.check_mode)
+            restored = changeset.restore_set(set_dir, module.check_mode)
             result.update(changed=restored["changed"], id=restored["id"], dir=set_dir,
                           set_state="restored" if not module.check_mode else "restored (check mode)",
                           service=restored["service"], restored=restored["restored"], left=restored["left"],

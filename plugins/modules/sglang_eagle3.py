@@ -74,12 +74,6 @@ options:
     description: The server's pipeline parallel size; above V(1) is refused.
     type: int
     default: 1
-  changeset:
-    description:
-      - The run's open change set (RV(fleetops.sglang.sglang_changeset#module:dir)); each SGLang file is recorded
-        there as it is just before this module writes it, so that a failed run can put it back.
-    type: path
-    version_added: "2.0.0"
   python:
     description:
       - Interpreter used to compile the patched files (the venv's); defaults to the module's.
@@ -368,7 +362,6 @@ def main():
             pipeline_parallel_size=dict(type="int", default=1),
             python=dict(type="path"),
             memo_file=dict(type="path"),
-            changeset=dict(type="path"),
             lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
                                                  run_id=dict(type="str", required=True))),
         ),
@@ -382,7 +375,6 @@ def main():
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state=p["state"],
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"],
         python=p["python"], check_mode=module.check_mode, run_command=module.run_command,
-        changeset=p["changeset"],
     )
     if p["state"] == "audit":
         result = audit_memoized(req, p["memo_file"], write=False)

@@ -109,6 +109,15 @@ options:
         the draft's current files (its C(config.json) with the ids, a link to each other entry); a new export of
         the draft is a finding (C(draft.view_stale)).
     type: path
+  release:
+    description:
+      - The staged release wanted - C(id), its identity (P(fleetops.sglang.release_id#filter)). Where the pinned version
+        is installed, O(venv) must be a link to a release sealed as C(id) that still matches its seal, files and closure
+        (M(fleetops.sglang.sglang_release)); else a finding - C(release.not_staged) (an in-place venv, adopted by the
+        next run), C(release.not_sealed) (another identity - a new lock or patch set - or no seal) or C(release.drift)
+        (a package of the closure, or a patched file, changed after the seal). None of them needs a restart by itself.
+    type: dict
+    version_added: "3.0.0"
   target_model_path:
     description:
       - Target model directory. When given, its C(config.json) must name an architecture SGLang serves
@@ -404,6 +413,11 @@ draft_layer_ids:
   elements: int
   returned: always
   sample: [-1, 2, 30]
+release_dir:
+  description: The release directory O(venv) points at (or the in-place venv); V(null) when O(release) was not given.
+  type: str
+  returned: always
+  sample: /opt/sglang/releases/0.5.9-1b2c3d4e5f60-a1b2c3d4e5f6
 draft_layer_ids_found:
   description:
     - Ids the draft config lists now, as SGLang reads them (any JSON value, or V(null) when the key is absent).
@@ -731,6 +745,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._adopt import adop
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     DEEPSEEK_FILE, TARGET_FILES, EngineError, find_installation)
 from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request
+from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import LeaseFile, describe
 from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized, store_audit_memo
 from ansible_collections.fleetops.sglang.plugins.module_utils._families import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
@@ -764,6 +779,23 @@ def eagle3_reasons(audit):
         return [finding("source.restore_needed", "%s %s on a native release: restore needed" % (SHORT, state))]
     return [finding("source.unpatched", "%s %s: patch needed (%s)" % (
         SHORT, state, "; ".join(audit["findings"]) or audit["msg"]))]
+
+
+def release_reasons(venv, rid):
+    """The switch and the seal of the release it points at, against the identity wanted (findings)."""
+    state = _releases.switch_state(venv)
+    if state["kind"] != "link":
+        return state["target"], [finding("release.not_staged", "%s is an in-place venv, not a staged release: the next"
+                                         " run adopts it as one (no reinstall, no restart)" % venv)]
+    marker = _releases.read_marker(state["target"]) or {}
+    if marker.get("id") != rid:
+        return state["target"], [finding("release.not_sealed", "%s -> %s, sealed as %s, not as %s" % (
+            venv, state["target"], marker.get("id") or "nothing", rid))]
+    drift = _releases.problems(state["target"], marker)
+    if drift:
+        return state["target"], [finding("release.drift", "release %s changed after its seal: %s" % (
+            state["target"], "; ".join(drift[:5]) + (" (and %d more)" % (len(drift) - 5) if len(drift) > 5 else "")))]
+    return state["target"], []
 
 
 def draft_reasons(path, wanted, source=None):
@@ -928,7 +960,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
                   draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
                   fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False, adoption=None,
                   server_flags={"checked": False, "errors": []},
-                  live=None, textfile=None)
+                  live=None, textfile=None, release_dir=None)
     flags = {"memo_key": None, "table": None}
     reasons = result["reasons"]
     audit = audit_memoized(Request(
@@ -985,6 +1017,10 @@ def probe(p, check_mode=False, run_command=None, which=None):
             reasons[0]["text"] += " (not adopted: %s)" % "; ".join(result["adoption"]["blockers"])
         # Every finding changes a fingerprint component (or starts the service).
         result["restart_needed"] = bool(reasons)
+    if p.get("release") and audit["release"] == p["expected_version"]:
+        # Judged after the restart decision: a release to adopt, seal or rebuild as it was needs no restart.
+        result["release_dir"], found = release_reasons(p["venv"], p["release"]["id"])
+        reasons += found
     result["compliant"] = not reasons
     # Only a verdict the run ends on is stored: a host that goes on to be changed or
     # refused leaves the memo as it was (the patching module stores its own).
@@ -1015,6 +1051,7 @@ def main():
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             draft_config=dict(type="path", required=True),
             draft_source=dict(type="path"),
+            release=dict(type="dict"),
             target_model_path=dict(type="path"),
             files=dict(type="dict", default={}),
             fingerprint_file=dict(type="path"),

@@ -20,7 +20,9 @@ import re
 from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
-from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import finding, release_not_pinned, texts
+from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
+    RELEASE_STAGING, finding, release_not_pinned, texts,
+)
 # A row's mode is the run's, in the one vocabulary of _runmode.
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import run_mode
 
@@ -100,6 +102,7 @@ def remediation_row(
     gate: Any = None,
     live_metrics: Any = None,
     probe_live: Any = None,
+    probe_reasons: Any = None,
     parse: Any = None,
     speculative_flags: Optional[Mapping[str, Any]] = None,
     restarted: bool = False,
@@ -122,7 +125,8 @@ def remediation_row(
     template tasks' results (the unit, the environment, the --config file of the keys); ``fingerprint``: sglang_fingerprint's compare; ``gate``: sglang_gate's
     result after a restart this run; ``live_metrics``: the gate's accept length and
     throughput; ``probe_live``: the probe's reading of the server that ran before
-    this run; ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
+    this run; ``probe_reasons``: the probe's findings, whose staged-release ones (the link, the seal,
+    drift of the closure) an audit or check-mode row carries, no later task re-reading them; ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
     None (or its skipped result). ``restarted``: the one "restart needed" fact the
     restart transaction acted on. ``out_at``, ``back_at``: when the host left rotation and came
     back (ISO 8601, the controller's clock; None: it did not leave, or is still out).
@@ -168,6 +172,8 @@ def remediation_row(
     if fingerprint.get("restart_needed") and not restarted:
         drift.append(finding("server.differs", "running server differs from the files"))
     drift += list(_result(live).get("reasons") or [])
+    if dry:
+        drift += [r for r in (probe_reasons or []) if _result(r).get("code") in RELEASE_STAGING]
     if rollback_run:
         # The rollback is held to nothing but what it put back: its own error is the finding.
         drift = []

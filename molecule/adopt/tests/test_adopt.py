@@ -110,6 +110,34 @@ def test_a_host_known_to_be_out_is_left_alone_and_reported_skipped(host, tmp_pat
     assert host.file(UNIT).content_string == unit and main_pid(host) == pid and starts(host) == before
 
 
+def test_a_2x_in_place_venv_is_adopted_as_a_release_with_no_reinstall_and_no_restart(host):
+    """Collection 2.x installed SGLang in place, in sglang_venv itself. The host is made so while its
+    server runs (the release directory moved back to /opt/sglang/venv, unsealed, no releases): the
+    probe names it, and the run moves it under /opt/sglang/releases as it is, links it, audits it and
+    seals it, with no pip and no restart; the run after changes nothing."""
+    wait_until(lambda: healthy(host), 60, "the server")
+    host.check_output("set -e; cur=$(readlink -f /opt/sglang/venv); rm /opt/sglang/venv; mv \"$cur\" /opt/sglang/venv;"
+                      " rm /opt/sglang/venv/.fleetops-release.json; rmdir /opt/sglang/releases")
+    inode = host.check_output("stat -c %i /opt/sglang/venv/bin")
+    pid, before = main_pid(host), starts(host)
+    result, row = run(AUDIT)
+    assert result.rc != 0 and [d["code"] for d in row["drift"]] == ["release.not_staged"], (row, result.tail(40))
+    result, row = run(REMEDIATE)
+    assert result.rc == 0 and row["status"] == "changed" and row["restarted"] is False, (row, result.tail(80))
+    assert "Install the pinned SGLang into the new release's virtualenv] ***\nskipping" in result.output
+    assert "sealed as " in result.output and "not reinstalled" in result.output, result.tail(80)
+    assert host.file("/opt/sglang/venv").is_symlink
+    assert host.file("/opt/sglang/venv").linked_to == "/opt/sglang/releases/0.5.9-adopted"
+    # The same files, not copies: the running server's paths resolve to what it started on.
+    assert host.check_output("stat -c %i /opt/sglang/venv/bin/") == inode
+    marker = json.loads(host.file("/opt/sglang/releases/0.5.9-adopted/.fleetops-release.json").content_string)
+    assert marker["adopted"] is True and marker["id"].startswith("0.5.9-"), marker
+    assert main_pid(host) == pid and starts(host) == before
+    result, row = run(REMEDIATE)
+    assert result.rc == 0 and result.changed() == 0 and row["status"] == "ok", (row, result.tail(80))
+    assert main_pid(host) == pid and starts(host) == before
+
+
 def test_without_the_test_beds_mark_the_audit_prepare_and_the_double_refuse(host):
     wait_until(lambda: healthy(host), 60, "the server")
     # The test bed mounts its mark read-only into every container it creates; taken away, the

@@ -28,6 +28,8 @@ def test_check_diff_on_a_fresh_host_reports_the_work_and_changes_nothing(host):
     assert run.rc == 0, run.tail()
     assert run.changed() > 0, run.tail()  # a fresh host has work to do, and check mode says so
     assert "would be installed first" in run.output, run.tail()
+    # Which release would be built, and where.
+    assert "would: release 0.5.9-" in run.output and "is to be built in /opt/sglang/releases/0.5.9-" in run.output
     assert "--speculative-num-steps 15" in run.output  # the unit's diff is shown
     assert snapshot_diff(before, snapshot(host)) == []
 
@@ -51,5 +53,15 @@ def test_check_with_a_pending_flag_change_reports_it_and_does_not_restart(host):
     assert run.changed() > 0, run.tail()
     assert "would restart" in run.output, run.tail()
     assert "--speculative-num-steps 7" in run.output
+    assert snapshot_diff(before, snapshot(host)) == []
+    assert starts(host) == 1
+
+
+def test_check_with_a_pending_upgrade_names_the_release_it_would_build_and_switch_to(host):
+    before = snapshot(host)
+    run = run_playbook(extra_vars={"sglang_version": "0.5.12.post1"}, args=["--check", "--diff"])
+    assert run.rc == 0, run.tail()
+    assert "is to be built in /opt/sglang/releases/0.5.12.post1-" in run.output, run.tail(80)
+    assert "would restart" in run.output, run.tail()
     assert snapshot_diff(before, snapshot(host)) == []
     assert starts(host) == 1

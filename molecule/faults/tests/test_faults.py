@@ -78,6 +78,9 @@ PER_START = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MEMORY_PRES
              "MEMORY_PRESSURE_WRITE", "NOTIFY_SOCKET", "MAINPID", "MANAGERPID")
 GATE_FAILED = "Fail when the server does not run the installed release, the rendered settings and a good accept length"
 NEVER_HEALTHY = "Fail when the server never became healthy"
+INSTALL = "Install the pinned SGLang into the new release's virtualenv"
+PATCH = "Remediate the EAGLE-3 embedding capture in the release this run deploys"
+RELEASES = "/opt/sglang/releases"
 
 
 def host(n: int) -> str:
@@ -145,11 +148,11 @@ def _bad_wheelhouse() -> str:
 
 CASES = [
     # --- fresh hosts: nothing installed, nothing served -----------------------------------------
-    Case(1, "fresh", "install", {}, {"sglang_wheelhouse": "@bad-wheelhouse"},
-         failed_task="Install the pinned SGLang into the virtualenv", rolled_back=False),
+    # The install into the new release fails: the unfinished release is removed by the undo.
+    Case(1, "fresh", "install", {}, {"sglang_wheelhouse": "@bad-wheelhouse"}, failed_task=INSTALL),
     Case(2, "fresh", "patch", {}, setup="mkdir -p -m 0700 /var/lib/sglang-remediation/backup; "
          + ro_mount("/var/lib/sglang-remediation/backup"), teardown="umount /var/lib/sglang-remediation/backup",
-         failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
+         failed_task=PATCH),
     # The draft view cannot be written (its directory read-only); the draft itself is never written.
     Case(3, "fresh", "draft_config", {}, setup=ro_mount("/etc/sglang", create=True),
          teardown="umount /etc/sglang",
@@ -176,14 +179,16 @@ CASES = [
     Case(12, "fresh", "controller_killed", {}, {"sglang_environment": env(SGLANG_TEST_DOUBLE_STARTUP_DELAY="60")},
          killed=True),
     # --- converged hosts: serving 0.5.9, patched, 15/1/16 -----------------------------------------
-    Case(15, "upgrade", "install", UPGRADE, {"sglang_wheelhouse": "@bad-wheelhouse"},
-         failed_task="Install the pinned SGLang into the virtualenv", rolled_back=False),
-    # The patch write fails (SGLang's models directory read-only) on a host whose file was reset.
+    Case(15, "upgrade", "install", UPGRADE, {"sglang_wheelhouse": "@bad-wheelhouse"}, failed_task=INSTALL),
+    # The release that serves edited by hand (its file reset to pristine): it is never patched in place, a
+    # new release is built beside it, and its patch step fails (the pristine copies' directory unusable).
     Case(16, "patch_reset", "patch", {},
          setup="set -e; d=$(ls -d %s/sglang/srt/models); cp /var/lib/sglang-remediation/backup/sglang-0.5.9/%s "
-               "$d/; %s" % (SITE, SOURCES[0], ro_mount("$d")),
-         teardown="umount $(ls -d %s/sglang/srt/models)" % SITE,
-         failed_task="Remediate the EAGLE-3 embedding capture in the installed SGLang", rolled_back=False),
+               "$d/; mv /var/lib/sglang-remediation/backup /var/lib/sglang-remediation/backup.aside; "
+               "touch /var/lib/sglang-remediation/backup" % (SITE, SOURCES[0]),
+         teardown="rm /var/lib/sglang-remediation/backup; "
+                  "mv /var/lib/sglang-remediation/backup.aside /var/lib/sglang-remediation/backup",
+         failed_task=PATCH),
     Case(17, "draft_ids", "draft_config", DRAFT_IDS, setup=ro_mount("/etc/sglang/sglang.draft"),
          teardown="umount /etc/sglang/sglang.draft",
          failed_task="Write the draft's view with the layer ids this release needs", rolled_back=False),
@@ -209,9 +214,10 @@ CASES = [
          keeps=True, restarts_on_fault=1),
     Case(26, "flags", "controller_killed", FLAGS, {"sglang_environment": env(SGLANG_TEST_DOUBLE_STARTUP_DELAY="60")},
          killed=True),
-    # --- putting the change back fails too: the previous release's wheel is gone from the host ---
+    # --- putting the change back fails too: the release to switch back to no longer matches its seal ---
+    # (A wheel gone from the host no longer fails a put-back: nothing is reinstalled.)
     Case(27, "upgrade", "undo", UPGRADE, {"sglang_environment": env(SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")},
-         setup="rm /var/cache/sglang/wheelhouse/sglang-0.5.9-*.whl", failed_task=NEVER_HEALTHY, half=True),
+         setup="echo '# damaged' >> $(ls %s/%s)" % (SITE, SOURCES[0]), failed_task=NEVER_HEALTHY, half=True),
     # --- mis-wired, nothing forced: the test double judges the files the server read at its start ----
     # Valid draft ids, but not the layers the draft was trained on (the double's default, embed,2,30).
     Case(29, "flags", "wiring_draft_ids", FLAGS, {"sglang_eagle3_layer_ids": [-1, 3, 30],
@@ -266,11 +272,15 @@ if pid:
     except OSError:
         pass
 starts = sum(1 for _ in open(%(starts)r)) if os.path.exists(%(starts)r) else 0
+venv = os.path.realpath("/opt/sglang/venv") if os.path.lexists("/opt/sglang/venv") else None
+releases = sorted(os.listdir(%(releases)r)) if os.path.isdir(%(releases)r) else []
 print(json.dumps({"files": files, "release": [os.path.basename(i)[7:-10] for i in infos], "pid": pid,
+                  "venv": venv, "releases": releases,
                   "active": unit.get("ActiveState"), "enabled": unit.get("UnitFileState"), "cmdline": cmdline,
                   "environ": environ, "starts": starts, "lease": os.path.exists(%(lease)r),
                   "textfile": open(%(textfile)r).read() if os.path.exists(%(textfile)r) else None}))
 """ % {"configs": CONFIGS, "model_files": MODEL_FILES, "sources": SOURCES, "per_start": PER_START, "starts": STARTS_LOG, "lease": LEASE,
+       "releases": RELEASES,
        "textfile": TEXTFILE}
 
 
@@ -415,15 +425,17 @@ def test_the_host_is_left_as_the_contract_says(case):
         assert "--speculative-num-steps %d" % steps in " ".join(after["cmdline"]), after["cmdline"]
         return
     if case.half:
-        # The previous release cannot be reinstalled: the configuration is put back, the run's
-        # release stays with its SGLang files pristine, and the report says the host may be
-        # half-changed, with what was put back and what was left.
+        # The release that served no longer matches its seal: it is not switched back to. The
+        # configuration is put back, the link stays on the run's release, and the report says the
+        # host may be half-changed, naming the damaged file, with what was put back and what was left.
         assert "putting this run's change back FAILED at Put back the files of the change set" in row["error"], row
-        assert "the host may be half-changed" in row["error"] and "could not put sglang 0.5.9 back" in row["error"]
-        assert row["left"] == ["/opt/sglang/venv with sglang 0.5.12.post1 (reinstalling sglang 0.5.9 failed)"], row
+        assert "the host may be half-changed" in row["error"], row["error"]
+        assert "could not switch /opt/sglang/venv back to %s" % before["venv"] in row["error"], row["error"]
+        assert "%s sha256 " % SOURCES[0] in row["error"], row["error"]
+        assert row["left"] == ["/opt/sglang/venv -> %s (the release switched to by the failed run)" % after["venv"]], row
+        assert os.path.basename(after["venv"]).startswith("0.5.12.post1-"), after["venv"]
         assert row["rolled_back"] is False and row["rollback"], row
         assert after["release"] == ["0.5.12.post1"]
-        assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
         assert {p: after["files"][p] for p in CONFIGS} == {p: before["files"][p] for p in CONFIGS}
         # The server this run restarted was stopped before its files went back: the host, drained,
         # serves nothing until a person looks (the change set stays under the state dir).
@@ -431,27 +443,35 @@ def test_the_host_is_left_as_the_contract_says(case):
         return
     changed = [p for p in before["files"] if before["files"][p] != after["files"].get(p)]
     if not case.fresh:
-        # It served before: it serves exactly that, from the same bytes, owners and modes.
+        # It served before: it serves exactly that release, from the same bytes, owners and modes, and
+        # the releases this run built are gone.
         assert changed == [], [(p, before["files"][p], after["files"].get(p)) for p in changed]
         assert after["release"] == before["release"] == ["0.5.9"]
+        assert after["venv"] == before["venv"] and after["releases"] == before["releases"], (before, after)
         assert (after["active"], after["enabled"]) == ("active", "enabled")
         assert after["cmdline"] == before["cmdline"] and after["environ"] == before["environ"]
         assert (after["pid"] != before["pid"]) is case.restarted, (after["pid"], before["pid"])
         assert row["restarted"] is case.restarted and row["restarts"] == (2 if case.restarted else 0), row
     else:
-        # It served nothing: it serves nothing, its unit gone, SGLang's file as pip installed it.
+        # It served nothing: it serves nothing, its unit gone. A release that was switched to stays,
+        # as it was left (the next run reuses it where it still matches its seal), and is said to be left;
+        # one that was not (its build or patch failed) is removed.
         assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
         for path in CONFIGS:
             assert after["files"][path] is None, (path, after["files"][path])
-        if after["release"]:
-            assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
-            assert any(line.startswith("/opt/sglang/venv with sglang 0.5.9") for line in row["left"]), row["left"]
+        if after["venv"]:
+            assert after["releases"] == [os.path.basename(after["venv"])], after
+            assert "/opt/sglang/venv -> %s (installed by this run: nothing served before it)" % after["venv"] \
+                in row["left"], row["left"]
+        else:
+            assert after["releases"] == [] and after["release"] == [], after
         assert row["left"], row
     # What this run had written is put back, each line with the sha256 now in place.
     assert row["rolled_back"] is case.rolled_back and bool(row["rollback"]) is case.rolled_back, row
     for line in row["rollback"]:
         assert re.search(r" (restored to sha256 [0-9a-f]{64} \(0[0-7]{3} \S+\)|removed \(it did not exist"
-                         r" before\)|reinstalled in /opt/sglang/venv)$", line), line
+                         r" before\)|switched back to %s/\S+ \(sglang [0-9.a-z]+\)|removed \(built by this run\))$"
+                         % RELEASES, line), line
     if case.step in CRASH_STEPS:
         # Fail fast: the gate saw the unit leave its running state and stopped waiting within its
         # first attempt, well inside a few restart intervals, naming the exit and the journal's last lines.
@@ -479,7 +499,10 @@ def test_the_host_is_left_as_the_contract_says(case):
         assert "not patched: sglang/srt/models/deepseek_v2.py" in row["error"], row["error"]
         assert "this run left %s" % row["sha256_after"] in row["error"], (row["sha256_after"], row["error"])
     if case.n == 20:
-        assert "sglang 0.5.9 reinstalled in /opt/sglang/venv" in row["rollback"], row["rollback"]
+        # Rolled back by switching: no pip, no wheel, no index.
+        assert "/opt/sglang/venv switched back to %s (sglang 0.5.9)" % before["venv"] in row["rollback"], row["rollback"]
+        assert any(line.startswith(RELEASES + "/0.5.12.post1-") and line.endswith(" removed (built by this run)")
+                   for line in row["rollback"]), row["rollback"]
 
 
 # --------------------------------------------------------------------------- 2. recovery and rerun
@@ -539,7 +562,9 @@ def test_rolling_back_a_first_remediation_leaves_the_host_serving_nothing():
     assert any(line.startswith("/etc/systemd/system/sglang.service removed") for line in row["rollback"]), row
     assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
     assert all(after["files"][p] is None for p in CONFIGS[1:]), after["files"]
-    assert after["files"][SOURCES[0]][0] == record_sha256(name, SOURCES[0])
+    # Its release stays, as its first remediation sealed it, and is said to be left.
+    assert "/opt/sglang/venv -> %s (installed by this run: nothing served before it)" % after["venv"] in row["left"], row
+    assert after["releases"] == [os.path.basename(after["venv"])], after
     # Every change set of the host is put back now: nothing more to roll back.
     again = run("rollback-nothing", ROLLBACK, inventory(CASES, faulted=False), [name], env_over=PROJECT_CFG)
     assert again.rc == 0 and "no change set to roll back" in again.output, again.tail(80)
@@ -591,13 +616,14 @@ def test_a_canary_that_fails_its_first_gate_serves_nothing_and_the_rollout_stops
     assert canary["status"] == "failed" and canary["batch"] == 1 and canary["failed_task"] == NEVER_HEALTHY, canary
     # Every column known when it failed.
     assert (canary["release"], canary["decision"], canary["family"]) == ("0.5.9", "patch", "body_a_loop"), canary
-    assert canary["sha256_before"] and canary["sha256_after"] == canary["sha256_before"], canary
+    assert canary["sha256_before"] and canary["sha256_after"], canary
     assert canary["draft_layer_ids"] == [-1, 2, 30] and canary["restarted"] is True, canary
     assert canary["rolled_back"] is True and any("sglang.service removed" in x for x in canary["rollback"]), canary
     assert any(x.startswith("user sglang") for x in canary["left"]), canary["left"]
-    # The canary serves nothing and its SGLang file is as pip installed it.
+    # The canary serves nothing; the release it built stays, sealed, for the next run.
     assert after["active"] in ("inactive", "failed") and after["enabled"] in ("", "not-found"), after
-    assert after["files"][SOURCES[0]][0] == record_sha256(CANARY, SOURCES[0])
+    assert after["files"][SOURCES[0]][0] == canary["sha256_after"] != record_sha256(CANARY, SOURCES[0])
+    assert any(x.startswith("/opt/sglang/venv -> %s/0.5.9-" % RELEASES) for x in canary["left"]), canary["left"]
     assert r[SECOND]["status"] == "not reached" and read(SECOND) == before[SECOND]
     fixed = run("canary-fixed", PROJECT / "remediate.yml", inventory([], faulted=False), [CANARY, SECOND],
                 args=["-e", json.dumps({"sglang_serial": [1, "100%"]})],

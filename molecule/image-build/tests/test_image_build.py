@@ -1,7 +1,9 @@
 """Image-build mode: the patched release is baked in, and nothing about services exists."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -45,14 +47,18 @@ def test_the_install_was_hash_checked(host):
 
 def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_service(host):
     """playbooks/rollback.yml with sglang_service_manage=false (its last test: it undoes the build):
-    the draft config and the patched file go back, and no unit, server or daemon reload is involved."""
+    the draft view goes back, and no unit, server or daemon reload is involved. The build's release
+    stays, sealed and never written, and is said to be left (nothing served before it)."""
     demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
     minor = host.check_output("python3 -c 'import sys; print(sys.version_info.minor)'")
     back = run_playbook(PROJECT / "playbooks" / "rollback.yml", extra_vars=dict(demo, sglang_service_manage=False),
                         env={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
     assert back.rc == 0, back.tail(80)
-    text = host.file(SITE.format(minor=minor)).content_string
-    assert "hidden_states.clone()" not in text, "the patched file was not put back"
+    release = host.check_output("readlink -f /opt/sglang/venv").strip()
+    assert release.startswith("/opt/sglang/releases/0.5.9-"), release
+    left = json.loads(host.check_output("cat $(ls -d /var/lib/sglang-remediation/changes/*/ | tail -1)manifest.json"))["left"]
+    assert "/opt/sglang/venv -> %s (installed by this run: nothing served before it)" % release in left, left
+    assert "hidden_states.clone()" in host.file(SITE.format(minor=minor)).content_string
     # The draft's config as it arrived from training, byte for byte (never written), and the view the
     # build made of it gone with its config.json.
     arrived = (PROJECT / "files" / "models" / "deepseek-v3-eagle3" / "config.json").read_text()
@@ -60,3 +66,63 @@ def test_a_rollback_in_image_build_mode_puts_the_release_back_and_touches_no_ser
     assert not host.file("/etc/sglang/sglang.draft/config.json").exists
     assert not host.file("/etc/systemd/system/sglang.service").exists
     assert host.run("systemctl cat sglang").rc != 0
+
+
+# --------------------------------------------------------------------------- a lock of the whole closure
+
+WHEELHOUSE = PROJECT / ".cache" / "wheelhouse"
+CLOSURE = ("sglang-0.5.9-py3-none-any.whl", "packaging-24.2-py3-none-any.whl")
+
+
+def _lock_run(tmp: Path, tamper: bool = False, note: str = ""):
+    """Converge in image-build mode from a lock of a small closure of real wheels (sglang and
+    packaging, with their sha256), out of a wheelhouse of just those; ``tamper`` appends a byte to
+    packaging's wheel after its hash was taken, as a poisoned mirror would serve it."""
+    house = tmp / "wheelhouse"
+    house.mkdir()
+    lines = ["# the release's closure (test bed: without sglang's own dependencies)%s" % note]
+    for name in CLOSURE:
+        data = (WHEELHOUSE / name).read_bytes()
+        (house / name).write_bytes(data + (b"\0" if tamper and name.startswith("packaging") else b""))
+        dist, version = name.split("-")[:2]
+        lines.append("%s==%s \\\n    --hash=sha256:%s" % (dist, version, hashlib.sha256(data).hexdigest()))
+    lock = tmp / "closure.lock"
+    lock.write_text("\n".join(lines) + "\n")
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
+    return run_playbook(PROJECT / "molecule" / "default" / "converge.yml", extra_vars=dict(
+        demo, sglang_service_manage=False, sglang_pip_lock=str(lock), sglang_wheelhouse=str(house)))
+
+
+def test_a_lock_of_the_closure_is_installed_as_one_unit_and_its_drift_is_reported(host, tmp_path):
+    before = host.check_output("readlink -f /opt/sglang/venv").strip()
+    run = _lock_run(tmp_path)
+    assert run.rc == 0, run.tail(80)
+    # Built, so verified in full: the forward-capture check ran on the host (no torch here).
+    assert "forward: not executed (no torch)" in run.output, run.tail(80)
+    release = host.check_output("readlink -f /opt/sglang/venv").strip()
+    assert release != before and os.path.basename(release).startswith("0.5.9-"), release
+    marker = json.loads(host.file(release + "/.fleetops-release.json").content_string)
+    assert marker["closure"]["packaging"]["version"] == "24.2" and marker["closure"]["sglang"]["version"] == "0.5.9"
+    # Hash-checked from the lock itself, binary wheels only, nothing resolved beyond it.
+    assert host.file("/var/lib/sglang-remediation/requirements.txt").content_string.count("--hash=sha256:") == 2
+    # A package of the closure changed after the seal (here: its RECORD, as a reinstall by hand rewrites
+    # it) is drift, named by the audit; the next run builds a release beside it.
+    host.check_output("f=$(ls %s/lib/python3*/site-packages/packaging-24.2.dist-info/RECORD) && "
+                      "echo 'packaging/extra.py,,' >> \"$f\"" % release)
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
+    audit = run_playbook(PROJECT / "playbooks" / "audit.yml", extra_vars=dict(
+        demo, sglang_service_manage=False, sglang_pip_lock=str(tmp_path / "closure.lock")),
+        env={"ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg")})
+    assert audit.rc != 0 and "package packaging 24.2 reinstalled or changed (its RECORD differs)" in audit.output, \
+        audit.tail(80)
+
+
+def test_a_tampered_wheel_of_the_lock_is_refused_and_nothing_is_switched(host, tmp_path):
+    before = host.check_output("readlink -f /opt/sglang/venv").strip()
+    releases = host.check_output("ls /opt/sglang/releases")
+    run = _lock_run(tmp_path, tamper=True, note=" (a new lock: a new release)")
+    assert run.rc != 0, run.tail(80)
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in run.output, run.tail(80)
+    # The release being built is removed by the undo; the link never moved.
+    assert host.check_output("readlink -f /opt/sglang/venv").strip() == before
+    assert host.check_output("ls /opt/sglang/releases") == releases

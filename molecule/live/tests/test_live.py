@@ -275,7 +275,7 @@ def test_a_host_degraded_at_run_time_is_live_noncompliant_while_its_files_are_co
     assert row["status"] == "noncompliant" and row["compliant"] is False, row
     # Every file is right: the only findings are live ones, and the run ended at the probe.
     assert row["drift"] and all(d["code"] == "live.accept_length_low" for d in row["drift"]), row["drift"]
-    assert "Remediate the EAGLE-3 embedding capture in the installed SGLang" not in result.output
+    assert "Remediate the EAGLE-3 embedding capture in the release this run deploys" not in result.output
     assert row["live_source"] == "probe" and row["live_accept_length"] < 2.0, row
     s = textfile(host, "after-audit-degraded")
     assert s["sglang_remediation_compliant"] == 0

@@ -81,8 +81,9 @@ def plant_lease(name: str, **over: Any) -> None:
 
 def owners_and_modes(name: str) -> str:
     paths = ["/etc/systemd/system/sglang.service", "/etc/sglang", "/etc/sglang/sglang.env", "/var/lib/sglang",
-             "/var/lib/sglang-remediation", "/opt/sglang/venv", DEEPSEEK, "/models/DeepSeek-V3-EAGLE3/config.json"]
-    return sh(name, "stat -c '%%U:%%G %%a %%n' %s" % " ".join(paths))
+             "/var/lib/sglang-remediation", "/opt/sglang/venv", "/opt/sglang/releases", "/opt/sglang/venv/",
+             DEEPSEEK, "/models/DeepSeek-V3-EAGLE3/config.json"]
+    return sh(name, "stat -c '%%U:%%G %%a %%F %%n' %s" % " ".join(paths))
 
 
 # --- 1. converge, idempotence, check, a flag change, audit, rollback ----------------
@@ -103,11 +104,14 @@ def test_converge_over_ssh_and_sudo():
         # Pipelining under sudo: nothing is left in the operator's temporary directory.
         assert sh(h, "ls -A /home/ops/.ansible/tmp 2>/dev/null || true") == "", h
         # The same owners and modes as the docker path gives them; the server runs as sglang.
+        # sglang_venv is the link to the release that serves, a root-owned directory beside it.
         assert owners_and_modes(h).splitlines() == [
-            "root:root 644 /etc/systemd/system/sglang.service", "root:sglang 710 /etc/sglang",
-            "root:root 600 /etc/sglang/sglang.env", "sglang:sglang 750 /var/lib/sglang",
-            "root:root 700 /var/lib/sglang-remediation", "root:root 755 /opt/sglang/venv",
-            "root:root 644 " + sh(h, "ls %s" % DEEPSEEK), "root:root 644 /models/DeepSeek-V3-EAGLE3/config.json"]
+            "root:root 644 regular file /etc/systemd/system/sglang.service", "root:sglang 710 directory /etc/sglang",
+            "root:root 600 regular file /etc/sglang/sglang.env", "sglang:sglang 750 directory /var/lib/sglang",
+            "root:root 700 directory /var/lib/sglang-remediation", "root:root 777 symbolic link /opt/sglang/venv",
+            "root:root 755 directory /opt/sglang/releases", "root:root 755 directory /opt/sglang/venv/",
+            "root:root 644 regular file " + sh(h, "ls %s" % DEEPSEEK),
+            "root:root 644 regular file /models/DeepSeek-V3-EAGLE3/config.json"]
         assert sh(h, "ps -o user= -p $(systemctl show -p MainPID --value sglang)") == "sglang"
         # The lease was given back after the report.
         assert sh(h, "test -e %s && echo held || echo free" % LEASE) == "free"

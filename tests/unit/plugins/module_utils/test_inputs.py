@@ -338,6 +338,19 @@ def test_pip_inputs(tmp_path):
     assert "t0ken" not in text
 
 
+def test_a_lock_of_the_closure_is_read_on_the_controller(tmp_path):
+    lock = tmp_path / "closure.lock"
+    lock.write_text("sglang==0.5.9 --hash=sha256:%s\npackaging==24.2 --hash=sha256:%s\n" % ("a" * 64, "b" * 64))
+    assert errors(sglang_pip_lock=str(lock)) == []
+    refused("sglang_pip_lock", "closure.lock", "not an absolute path")
+    refused("sglang_pip_lock", str(tmp_path / "none.lock"), "cannot be read on the controller")
+    assert "not sglang==0.5.12.post1 (sglang_version)" in " ".join(
+        errors(sglang_pip_lock=str(lock), sglang_version="0.5.12.post1"))
+    assert "give one of them" in " ".join(errors(sglang_pip_lock=str(lock), sglang_pip_hashes=["c" * 64]))
+    lock.write_text("sglang==0.5.9 --hash=sha256:%s\n--extra-index-url https://mirror.internal/simple\n" % ("a" * 64))
+    refused("sglang_pip_lock", str(lock), "line 2 (--extra-index-url", "not one package pinned")
+
+
 def test_wheelhouse(tmp_path):
     # "ftp" never gets here: argument_specs' choices refuse it (molecule/bad-input).
     text = " ".join(errors(sglang_install_source="wheelhouse", sglang_wheelhouse=""))

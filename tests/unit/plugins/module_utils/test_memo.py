@@ -291,3 +291,12 @@ def test_store_needs_an_unchanged_miss(make_venv, patches, tmp_path):
     assert MEMO.store_audit_memo(str(memo), miss) and memo.exists()
     stored = json.loads(memo.read_text())
     assert stored["key"] == miss["memo_key"] and "memo" not in stored["result"]
+
+
+def test_a_link_to_a_release_and_the_release_are_one_audit(tmp_path, make_venv):
+    """The patch step audits the release directory, the probe the link (sglang_venv) to it: one key."""
+    release = make_venv("0.5.9")
+    link = tmp_path / "venv"
+    link.symlink_to(release)
+    assert MEMO.audit_key(E.Request(venv=str(link), state="audit")) == MEMO.audit_key(
+        E.Request(venv=str(release), state="audit"))

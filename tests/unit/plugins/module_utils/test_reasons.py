@@ -34,7 +34,7 @@ REASONS_FILE = PLUGINS / "module_utils" / "_reasons.py"
 # stated once more on purpose, per class: a code moves to another class only when it is
 # changed in _reasons.REASONS and here.
 CLASS_CODES = {
-    "release": "release.not_installed release.not_pinned",
+    "release": "release.not_installed release.not_pinned release.not_staged release.not_sealed release.drift",
     "source": "source.unpatched source.restore_needed source.refused source.unreadable",
     "draft_config": "draft.ids_differ draft.missing draft.unreadable draft.view_stale",
     "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry",
