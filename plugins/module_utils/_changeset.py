@@ -332,9 +332,9 @@ def _switch_back(entry: Dict[str, Any], check_mode: bool) -> List[Tuple[str, Opt
         damaged = [] if marker.get("adopted") and not marker.get("id") and os.path.isdir(target) \
             else _releases.problems(target, marker)
         if damaged:
-            raise RestoreError("could not switch %s back to %s, the release that served before the run: %s; %s"
-                               " still points at %s" % (entry["venv"], target, "; ".join(damaged), entry["venv"],
-                                                       now["target"] or "(nothing)"),
+            msg = "could not switch %s back to %s, the release that served before the run: %s; %s still points at %s" % (
+                entry["venv"], target, "; ".join(damaged), entry["venv"], now["target"] or "(nothing)")
+            raise RestoreError(msg,
                                left=["%s -> %s (the release switched to by the failed run)" % (
                                    entry["venv"], now["target"])])
         if not check_mode:

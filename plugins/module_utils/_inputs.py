@@ -77,8 +77,9 @@ _API_KEY = '"" (none) or 8 to 512 printable ASCII characters without spaces (one
 VARIABLES: Dict[str, Variable] = {
     "sglang_version": Variable('a release string "X.Y.Z[.postN]", quoted, ' + FIRST_SUPPORTED + " or later", check_version),
     "sglang_venv": Variable(_UNIT_PATH + _OWN_DIR, check_path(_UNIT_PATH + _OWN_DIR, unit_safe=True, own_directory=True)),
-    "sglang_releases_dir": accepting(_UNIT_PATH + _OWN_DIR + ", on sglang_venv's file system, neither inside "
-                                    "sglang_venv nor holding it, apart from sglang_state_dir", check_releases_dir),
+    "sglang_releases_dir": accepting(
+        _UNIT_PATH + _OWN_DIR + ", on sglang_venv's file system, neither inside sglang_venv nor holding it, apart "
+        "from sglang_state_dir", check_releases_dir),
     "sglang_releases_keep": Variable("an integer of at least 2 (the release that serves and one to switch back to)",
                                      check_int_range(2)),
     "sglang_python": Variable(_UNIT_PATH, check_path(_UNIT_PATH, unit_safe=True)),

@@ -28,7 +28,6 @@ Standard library only (hosts run python3 3.9+).
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -175,8 +174,8 @@ def problems(release: str, marker: Optional[Dict[str, Any]] = None) -> List[str]
         return ["%s: %s" % (release, exc)]
     for rel, digest in sorted((marker.get("files") or {}).items()):
         if files.get(rel) != digest:
-            found.append("%s %s (sealed %s)" % (rel, ("sha256 " + files[rel][:12]) if rel in files else "missing",
-                                                 digest[:12]))
+            now = ("sha256 " + files[rel][:12]) if rel in files else "missing"
+            found.append("%s %s (sealed %s)" % (rel, now, digest[:12]))
     if not os.path.exists(os.path.join(release, "bin", "python")):
         found.append("%s/bin/python missing" % release)
     found += closure_drift(marker.get("closure") or {}, closure(release))

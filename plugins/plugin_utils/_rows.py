@@ -126,7 +126,8 @@ def remediation_row(
     result after a restart this run; ``live_metrics``: the gate's accept length and
     throughput; ``probe_live``: the probe's reading of the server that ran before
     this run; ``probe_reasons``: the probe's findings, whose staged-release ones (the link, the seal,
-    drift of the closure) an audit or check-mode row carries, no later task re-reading them; ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
+    drift of the closure) an audit or check-mode row carries, no later task re-reading them;
+    ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
     None (or its skipped result). ``restarted``: the one "restart needed" fact the
     restart transaction acted on. ``out_at``, ``back_at``: when the host left rotation and came
     back (ISO 8601, the controller's clock; None: it did not leave, or is still out).
