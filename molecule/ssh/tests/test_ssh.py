@@ -182,11 +182,14 @@ def test_rollback_over_ssh():
     assert starts(H1) == 3 and server_info(H1)["speculative_num_steps"] == 15
     assert sh(H1, "sha256sum %s | cut -d' ' -f1" % DEEPSEEK) == _state["patched"]
     # The one before it is the first remediation, of a host that served nothing: it serves nothing
-    # again, its SGLang file pristine (the next remediation restarts it once).
+    # again; its first release stays as it was sealed, said to be left (the next remediation finds it
+    # built and restarts once).
     first = run("rollback-first", playbook="rollback.yml", args=["--limit", H1])
     assert first.rc == 0, first.tail(80)
-    assert rows("rollback-first")[H1]["rolled_back"] is True, rows("rollback-first")[H1]
-    assert sh(H1, "grep -c 'sglang-remediation eagle3' %s || true" % DEEPSEEK) == "0"
+    row = rows("rollback-first")[H1]
+    assert row["rolled_back"] is True, row
+    release = sh(H1, "readlink -f /opt/sglang/venv")
+    assert "/opt/sglang/venv -> %s (installed by this run: nothing served before it)" % release in row["left"], row
     assert sh(H1, "systemctl is-active sglang || true") in ("inactive", "failed")
     assert starts(H1) == 3
     assert sh(H1, "test -e %s && echo held || echo free" % LEASE) == "free"
