@@ -36,7 +36,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
-    EngineError, TARGET_FILES, all_dist_infos, find_installation,
+    EngineError, Refusal, TARGET_FILES, all_dist_infos, find_installation,
 )
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write, fsync_dir, sha256_hex
 from ansible_collections.fleetops.sglang.plugins.module_utils._patches import PATCHES
@@ -218,8 +218,8 @@ def installed_version(release: str) -> Optional[str]:
 # ------------------------------------------------------------------ plan
 
 
-def plan(root: str, link: str, rid: str, version: str, audit: Optional[Callable[[str], List[str]]] = None
-         ) -> Dict[str, Any]:
+def plan(root: str, link: str, rid: str, version: str, audit: Optional[Callable[[str], List[str]]] = None,
+         refuse: Optional[Callable[[str], Optional[str]]] = None) -> Dict[str, Any]:
     """Which release directory this run deploys, and what it must do to it. Read-only.
 
     ``dir``: the release; ``build``: it is to be built there (a venv, pip, the patch, then the
@@ -228,7 +228,9 @@ def plan(root: str, link: str, rid: str, version: str, audit: Optional[Callable[
     ``switch``: the link does not point at it yet; ``clean``: a directory of an unfinished build
     sits there and is removed first. ``audit(dir)`` says why an unsealed release that serves is not
     as the role would leave it (the engine's audit; nothing when it is): such a release is never
-    patched in place, a new one is built beside it.
+    patched in place, a new one is built beside it. ``refuse(dir)`` says why a sealed release that
+    serves and no longer matches its seal must not be replaced (a file edited by hand, which the
+    engine refuses as drift); without that, a release is built beside it.
     """
     state = switch_state(link)
     current = state["target"]
@@ -236,8 +238,17 @@ def plan(root: str, link: str, rid: str, version: str, audit: Optional[Callable[
                            "adopt": state["kind"] == "dir", "build": False, "seal": False}
     if current:
         marker = read_marker(current) or {}
-        if marker.get("id") == rid and not problems(current, marker):
+        damaged = problems(current, marker) if marker.get("id") == rid else []
+        if marker.get("id") == rid and not damaged:
             return dict(out, dir=current, switch=False, reason="the release that serves is %s, sealed" % rid)
+        refused = refuse(current) if damaged and refuse else None
+        if refused:
+            # A file of the release that serves, of this very identity, edited by hand (a hot fix?): it is
+            # not rebuilt over, nor replaced, until a person has looked.
+            raise Refusal("the release that serves, %s, was changed by hand (%s): %s. It is neither rebuilt nor"
+                          " replaced until a person looks: put the file back as pip installed it (or as the role"
+                          " patched it), or remove that release's seal to have it rebuilt, and rerun"
+                          % (current, "; ".join(damaged), refused))
         if (state["kind"] == "dir" or marker.get("adopted")) and not marker.get("id") \
                 and installed_version(current) == version:
             why = audit(current) if audit else []

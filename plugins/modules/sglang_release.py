@@ -185,12 +185,19 @@ def main() -> None:
                   clean=False, adopt=False, reason="", removed=[])
     try:
         if p["state"] == "planned":
+            def engine(release):
+                return eagle3.run(eagle3.Request(venv=release, layer_ids=p["layer_ids"], state="audit",
+                                                 pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True))
+
             def audit(release):
-                found = eagle3.run(eagle3.Request(venv=release, layer_ids=p["layer_ids"], state="audit",
-                                                  pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True))
+                found = engine(release)
                 return [] if found["compliant"] else (found["findings"] or [found["msg"]])
 
-            result.update(_releases.plan(p["root"], p["venv"], p["id"], p["version"], audit=audit))
+            def refuse(release):
+                found = engine(release)
+                return found["msg"] if found["decision"] == "refuse" else None
+
+            result.update(_releases.plan(p["root"], p["venv"], p["id"], p["version"], audit=audit, refuse=refuse))
         elif p["state"] == "adopted":
             if _releases.switch_state(p["venv"])["kind"] == "dir":
                 result.update(changed=True, reason="%s is an in-place venv: moved under %s as a release" % (

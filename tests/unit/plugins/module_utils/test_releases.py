@@ -197,3 +197,22 @@ def test_a_release_that_does_not_hold_what_its_lock_pins_is_not_sealed(host, rel
     with pytest.raises(EngineError, match=r"does not hold what its lock pins: packaging==24.2 \(installed: nothing\)"):
         R.seal(str(release), R.release_id("0.5.9", lock), "0.5.9", lock)
     assert R.read_marker(str(release)) is None
+
+
+def test_a_release_that_serves_edited_by_hand_is_refused_not_rebuilt_over(host, release_tree, patches):
+    """A file of the serving release of this very identity that the engine refuses (neither as pip
+    installed it nor as the role patched it: a hot fix?) stops the plan; one reset to pristine does not."""
+    root, link = host
+    serving = build(root, release_tree, patches)
+    R.switch(str(link), str(serving))
+    rid = R.release_id("0.5.9", LOCK)
+
+    def refuse(release):
+        found = E.run(E.Request(venv=release, layer_ids=USER_IDS, patches=patches, state="audit", check_mode=True))
+        return found["msg"] if found["decision"] == "refuse" else None
+
+    target = site_file(serving, DEEPSEEK_FILE)
+    target.write_text(target.read_text() + "# local hotfix\n")
+    with pytest.raises(R.Refusal, match=r"was changed by hand .*deepseek_v2\.py.*refused.*a person looks"):
+        R.plan(str(root), str(link), rid, "0.5.9", refuse=refuse)
+    assert sorted(os.listdir(root)) == [rid]
