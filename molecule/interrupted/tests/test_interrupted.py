@@ -73,19 +73,27 @@ def _compliant(host, version: str, steps: int) -> None:
 
 
 def test_run_stopped_before_the_restart_leaves_the_old_process_running(host):
+    """A run without the restart tags builds, patches, verifies and seals 0.5.12.post1 beside the release
+    that serves; the link (the switch) is moved only at the restart, so 0.5.9 still serves, and is what
+    the unit would start."""
     assert starts(host) == 1
     pid = _main_pid(host)
+    serving = host.check_output("readlink -f /opt/sglang/venv").strip()
     run = run_playbook(extra_vars=UPGRADE, args=["--tags", "sglang_install,sglang_patch,sglang_verify,sglang_configure"])
     assert run.rc == 0, run.tail(120)
-    path = deepseek_path(host)
-    assert record_sha256(host) == PRISTINE_0512
+    assert host.check_output("readlink -f /opt/sglang/venv").strip() == serving
+    built = host.check_output("ls -d /opt/sglang/releases/0.5.12.post1-*").strip()
+    path = host.check_output("ls %s/lib/python3*/site-packages/sglang/srt/models/deepseek_v2.py" % built).strip()
     assert sha256(host, path) != PRISTINE_0512
     assert "self.capture_embedding_for_eagle3 = False" in host.file(path).content_string
+    marker = json.loads(host.file(built + "/.fleetops-release.json").content_string)
+    assert marker["version"] == "0.5.12.post1" and marker["files"]["sglang/srt/models/deepseek_v2.py"] == sha256(
+        host, path)
     assert draft_ids(host) == [-1, 2, 30]
     # Nothing restarted: the 0.5.9 process still serves.
     assert _main_pid(host) == pid and starts(host) == 1
     assert server_info(host)["version"] == "0.5.9"
-    _state["patched_mtime"] = _mtime(host, path)
+    _state["patched_mtime"], _state["built"] = _mtime(host, path), built
 
 
 def test_rerun_restarts_exactly_once_without_repatching(host):
@@ -93,6 +101,9 @@ def test_rerun_restarts_exactly_once_without_repatching(host):
     assert run.rc == 0 and run.failed() == 0, run.tail(120)
     assert starts(host) == 2, run.tail(120)
     assert "restart: " in run.output
+    # Switched to the release built before, not built or patched again.
+    assert host.check_output("readlink -f /opt/sglang/venv").strip() == _state["built"]
+    assert record_sha256(host) == PRISTINE_0512
     assert _mtime(host, deepseek_path(host)) == _state["patched_mtime"]  # the patch was not redone
     _compliant(host, "0.5.12.post1", 15)
 
