@@ -381,7 +381,7 @@ def prune(root: str, link: str, keep: int, protect: List[str], check_mode: bool 
 
 
 def remove_build(release: str) -> bool:
-    """Remove a release directory this run built (its undo); never one that is not under a releases root."""
+    """Remove a release directory this run built (its undo): a directory, never what a link points at."""
     if not os.path.isdir(release) or os.path.islink(release):
         return False
     shutil.rmtree(release)
