@@ -298,12 +298,7 @@ def adopt(root: str, link: str) -> Optional[str]:
                 " would be a copy of a venv that serves); set sglang_releases_dir to a directory on the same file"
                 " system as sglang_venv" % (link, root))
         raise
-    tmp = link + ".switch"
-    if os.path.lexists(tmp):
-        os.unlink(tmp)
-    os.symlink(dest, tmp)
-    os.rename(tmp, link)
-    fsync_dir(os.path.dirname(link) or ".")
+    _point(link, dest)
     atomic_write(os.path.join(dest, MARKER), json.dumps(
         {"adopted": True, "version": version, "adopted_at": int(time.time()), "from": link},
         indent=1, sort_keys=True) + "\n", mode=0o644, durable=True)
@@ -341,14 +336,19 @@ def switch(link: str, release: str) -> bool:
         return False
     if not os.path.isdir(release):
         raise EngineError("cannot switch %s to %s: no such release directory" % (link, release))
+    os.makedirs(os.path.dirname(link) or ".", mode=0o755, exist_ok=True)
+    _point(link, release)
+    return True
+
+
+def _point(link: str, target: str) -> None:
+    """``link`` -> ``target`` in one rename of a new link over whatever is there (the switch), durably."""
     tmp = link + ".switch"
     if os.path.lexists(tmp):
         os.unlink(tmp)
-    os.makedirs(os.path.dirname(link) or ".", mode=0o755, exist_ok=True)
-    os.symlink(release, tmp)
+    os.symlink(target, tmp)
     os.rename(tmp, link)
     fsync_dir(os.path.dirname(link) or ".")
-    return True
 
 
 def _age(release: str) -> float:
