@@ -117,7 +117,7 @@ from ansible import context
 from ansible.plugins.callback import CallbackBase
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import process_started, run_id_of
-from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import NEXT_STAGE_GROUP, STAGE_ALL
+from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import NEXT_STAGE_GROUP, STAGE_ALL, estimate
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._rows import MAINTENANCE_GROUP, skip_host_names
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
@@ -240,6 +240,9 @@ class CallbackModule(CallbackBase):
         self.rollout_id: Any = None
         self.job_id: Any = None
         self.stage = STAGE_ALL
+        # The rollout's sliding window (plugins/strategy/window.py calls window_started): its state.
+        self.window_state: Any = None
+        self.window_estimate: Optional[Dict[str, Any]] = None
         atexit.register(self._at_exit)
 
     # --- where the files go ------------------------------------------------------
@@ -273,10 +276,61 @@ class CallbackModule(CallbackBase):
                 "updated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "batches": self.batches, "soaks": self.soaks, "pid": os.getpid(),
                 "rollout_id": self.rollout_id, "job_id": self.job_id, "stage": self.stage,
+                "window": self._window_doc(),
             },
             "counts": counts(rows),
             "hosts": rows,
         }
+
+    # --- the sliding window -------------------------------------------------------
+    def previous_times(self) -> Dict[str, float]:
+        """Each host's newest time out of rotation in the earlier runs this report directory keeps."""
+        times: Dict[str, Tuple[str, float]] = {}
+        runs = os.path.join(self.base_dir, "runs")
+        try:
+            names = sorted(n for n in os.listdir(runs) if os.path.join(runs, n) != self.run_dir)
+        except OSError:
+            return {}
+        for name in names:
+            try:
+                with open(os.path.join(runs, name, "fleet.json"), encoding="utf-8") as handle:
+                    doc = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            for row in doc.get("hosts") or []:
+                value = row.get("out_of_rotation_s") if isinstance(row, dict) else None
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    times[str(row.get("host"))] = (name, float(value))
+        return {host: value for host, (_, value) in times.items()}
+
+    def window_started(self, state: Any) -> None:
+        """The strategy's window, once per play: the estimate from earlier runs, said and reported."""
+        self.window_state = state
+        doc = state.doc
+        times = self.previous_times()
+        self.window_estimate = estimate(list(times.values()), int(doc.get("hosts") or 0), int(doc.get("size") or 1),
+                                        len(doc.get("canaries") or []))
+        if self.window_estimate is None:
+            self._display.display("window: no earlier run in %s recorded a time out of rotation: no estimate of the "
+                                  "rollout's duration yet" % os.path.join(self.base_dir, "runs"))
+        else:
+            self._display.display("window: about %.0f min for %s host(s) (%d rounds of the median %.0f s out of "
+                                  "rotation, from %d host(s) of earlier runs)" % (
+                                      self.window_estimate["seconds"] / 60.0, doc.get("hosts"),
+                                      self.window_estimate["rounds"], self.window_estimate["median_s"],
+                                      self.window_estimate["samples"]))
+        self._write()
+
+    def _window_doc(self) -> Optional[Dict[str, Any]]:
+        state = self.window_state
+        if state is None:
+            return None
+        doc, rule = state.doc, state.rule
+        return {"size": rule.size, "budget": doc.get("budget"), "forks": doc.get("forks"),
+                "lookahead": rule.lookahead, "canaries": list(doc.get("canaries") or []),
+                "max_failures": rule.max_failures, "peak_out_of_rotation": rule.peak, "in_use": rule.in_use(),
+                "failed": sorted(rule.failed), "stopped": rule.stopped, "estimate": self.window_estimate,
+                "stop_file": state.stop_file or None}
 
     def _write(self) -> Optional[str]:
         if not self.active:
@@ -340,12 +394,15 @@ class CallbackModule(CallbackBase):
         self.soaks.append({"batch": self.batches, "seconds": int(fact.get("seconds") or 0),
                            "passed": as_bool(fact.get("passed")), "action": str(fact.get("action") or ""),
                            "hosts": verdicts})
+        # Under the window each host soaks after its own gate (tasks/soak_host.yml).
+        after = "its gate" if fact.get("after") == "gate" else "batch %d" % self.batches
+        self.soaks[-1]["after"] = after
         for host, verdict in verdicts.items():
             row = self._row(host)
-            row["soak"] = "after batch %d: %s" % (self.batches, verdict)
+            row["soak"] = "after %s: %s" % (after, verdict)
             if verdict != "passed":
                 row["status"] = "failed"
-                row["error"] = row["error"] or "soak after batch %d: %s" % (self.batches, verdict)
+                row["error"] = row["error"] or "soak after %s: %s" % (after, verdict)
                 row["failed_task"] = row["failed_task"] or "soak"
 
     # --- callbacks -----------------------------------------------------------------
@@ -415,6 +472,12 @@ class CallbackModule(CallbackBase):
             self._write()
             return
         msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
+        if (getattr(result.task, "vars", None) or {}).get("_sglang_window") == "admit":
+            # The rollout's window stopped before this host started (plugins/strategy/window.py): untouched.
+            row["status"] = "not reached"
+            row["error"] = str(msg).strip()
+            self._write()
+            return
         # A failure inside the role is rescued (its change put back) and the role's row then
         # names the step and what was done; the task that fails the host at the end repeats
         # it. Keep the first cause, and the role's own account once it has given one.

@@ -111,7 +111,8 @@ def fleet_pattern(target: Any, skip_hosts: Any = None) -> str:
 def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = None, serial: Any = None,
                  canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
-                 stage: Any = None, handed_over: Any = False) -> dict[str, Any]:
+                 stage: Any = None, handed_over: Any = False, forks: Any = None,
+                 max_fail_percentage: Any = None, lookahead: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
     (plugins/plugin_utils/_rollout.py), and ``handover``: each host with the groups that carry the
     plan to the next play. The canaries come from ``canary_by`` (read from ``hostvars``/``groups``,
@@ -131,7 +132,8 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
     doc = _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
                         unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
                         on_soak_failure=on_soak_failure,
-                        canaries=None if canaries is None else [str(h) for h in canaries], stage=stage)
+                        canaries=None if canaries is None else [str(h) for h in canaries], stage=stage,
+                        forks=forks, max_fail_percentage=max_fail_percentage, lookahead=lookahead)
     doc["handover"] = _rollout.handover(doc)
     return doc
 

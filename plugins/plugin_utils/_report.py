@@ -178,10 +178,15 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     lines.append("- hosts: %d; by status: %s" % (len(rows), ", ".join(
         "%s %d" % (k, v) for k, v in counts["status"].items()) or "none"))
     lines.append("- by decision: %s" % (", ".join("%s %d" % (k, v) for k, v in counts["decision"].items()) or "none"))
+    window = run.get("window")
+    if window:
+        lines.append("- window: %s hosts out of rotation at most (budget %s, forks %s), peak %s; %s" % (
+            window["size"], window["budget"], window["forks"], window["peak_out_of_rotation"],
+            "stopped: %s" % window["stopped"] if window["stopped"] else "not stopped"))
     for soak in run.get("soaks") or []:
         failed = sorted(h for h, v in soak["hosts"].items() if v != "passed")
-        lines.append("- soak after batch %s (%s s, %d hosts re-read): %s%s" % (
-            soak["batch"], soak["seconds"], len(soak["hosts"]), "passed" if soak["passed"] else "FAILED",
+        lines.append("- soak after %s (%s s, %d hosts re-read): %s%s" % (
+            soak.get("after") or "batch %s" % soak["batch"], soak["seconds"], len(soak["hosts"]), "passed" if soak["passed"] else "FAILED",
             ", %s" % soak["action"] if soak["action"] else "") + (" (failed: %s)" % ", ".join(failed) if failed else ""))
     for part in run.get("parts") or []:
         lines.append("- part %s: %s, job %s, run %s, stage %s, %d hosts: **%s**%s" % (

@@ -194,19 +194,81 @@ def canary_value(host: str, canary_by: str, hostvars: Mapping, groups: Mapping) 
     return UNSET if value is None else str(value)
 
 
+def lookahead_errors(value: Any) -> List[str]:
+    if value is None:
+        return []
+    parsed = _count(value)
+    if parsed is None or parsed[1]:
+        return ["sglang_rollout_lookahead=%r is not a number of hosts; accepted: a whole number from 0 (no host "
+                "prepares before a slot is free) up, e.g. 4 (the default is the window's size)" % (value,)]
+    return []
+
+
+def fail_errors(value: Any) -> List[str]:
+    if value is None:
+        return []
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number <= 100:
+        return ["sglang_max_fail_percentage=%r is not a percentage; accepted: a number from 0 (the first failed "
+                "host stops the rollout; the default) to 100, e.g. 10" % (value,)]
+    return []
+
+
+def max_failures(max_fail_percentage: Any, hosts: int) -> int:
+    """How many hosts of a rollout of ``hosts`` may fail before it stops, as Ansible reads
+    max_fail_percentage: the rollout stops once more than that percentage failed."""
+    return int(float(max_fail_percentage or 0) * hosts / 100.0)
+
+
 def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None, serial: Any = None,
          canary_values: Optional[Mapping[str, str]] = None, unavailable: Sequence[str] = (),
          soak_seconds: Any = None, on_soak_failure: Any = None,
-         canaries: Optional[Sequence[str]] = None, stage: Any = None) -> Dict[str, Any]:
+         canaries: Optional[Sequence[str]] = None, stage: Any = None, forks: Any = None,
+         max_fail_percentage: Any = None, lookahead: Any = None) -> Dict[str, Any]:
     """The rollout of ``needs_work`` (inventory order): the host order, the ``serial`` list, and errors
     (each naming the variable, its value and the fix) that refuse the rollout before it starts.
 
     ``stage`` (``sglang_rollout_stage``) keeps one part of it: ``canaries`` plans the canaries alone
-    and lists the others in ``next_stage``; ``after_canaries`` plans no canary."""
+    and lists the others in ``next_stage``; ``after_canaries`` plans no canary.
+
+    ``mode`` is ``window`` (the default: the sliding window of plugins/strategy/window.py, ``window``
+    says its size, the forks that bound it and its failure limit) or ``batches`` (``sglang_serial``
+    given: lockstep batches)."""
+    doc = _plan(needs_work, fleet_size, max_unavailable, serial, canary_values, unavailable, soak_seconds,
+                on_soak_failure, canaries, stage, max_fail_percentage, lookahead)
+    doc["mode"] = "batches" if serial is not None else "window"
+    budget = doc["budget"] or 1
+    usable = resolve(forks, 1) if _count(forks) is not None and not _count(forks)[1] else budget
+    size = max(min(budget, usable), 1)
+    total = len(doc["order"])
+    doc["window"] = {
+        "size": size, "budget": budget, "forks": usable if forks is not None else None,
+        # The canaries in batches of at most the window (each a serial batch: the rest starts once
+        # they passed, their soak included), then everyone else in one.
+        "serial": [min(size, len(doc["canaries"]) - i) for i in range(0, len(doc["canaries"]), size)]
+        + ([max(total - len(doc["canaries"]), 1)] if total > len(doc["canaries"]) else []),
+        "hosts": total, "canaries": list(doc["canaries"]),
+        "max_fail_percentage": float(max_fail_percentage or 0) if not fail_errors(max_fail_percentage) else 0.0,
+        "max_failures": max_failures(max_fail_percentage, total) if not fail_errors(max_fail_percentage) else 0,
+        "lookahead": size if lookahead is None or lookahead_errors(lookahead) else _count(lookahead)[0],
+    }
+    if not doc["window"]["serial"]:
+        doc["window"]["serial"] = [1]
+    return doc
+
+
+def _plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any, serial: Any,
+          canary_values: Optional[Mapping[str, str]], unavailable: Sequence[str],
+          soak_seconds: Any, on_soak_failure: Any, canaries: Optional[Sequence[str]], stage: Any,
+          max_fail_percentage: Any, lookahead: Any) -> Dict[str, Any]:
     needs = list(needs_work or [])
     lost = [h for h in (unavailable or []) if h not in needs]
     errors = (max_unavailable_errors(max_unavailable) + serial_errors(serial)
-              + soak_errors(soak_seconds, on_soak_failure) + stage_errors(stage))
+              + soak_errors(soak_seconds, on_soak_failure) + stage_errors(stage)
+              + fail_errors(max_fail_percentage) + lookahead_errors(lookahead))
     stage = stage or STAGE_ALL
     # bounded: the batches are held to max_unavailable (it sized them, or it was given with serial);
     # batch_max: the biggest batch, what the room left out of rotation must fit after each batch.
@@ -264,3 +326,123 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
     doc["serial"] = batches + [budget] if len(needs) > len(canaries) else (batches or [1])
     doc.update(bounded=True, batch_max=max(doc["serial"]))
     return doc
+
+
+class Window:
+    """The sliding window's rule (plugins/strategy/window.py hands out its slots): at most ``size``
+    rollout units out of rotation at once, a unit leaving as soon as another is back.
+
+    A unit is what leaves rotation together: a host today (``unit_of``; the replicas issue says
+    what else a unit is, and nothing else here changes). A unit holds its slot from the moment it
+    leaves rotation (the transaction's first step) until it is back and healthy; one failed and kept
+    out of rotation keeps it (``keep_out``): the budget counts it as it counts a host lost in the
+    probe pass. ``lookahead`` hosts may prepare (install, patch, verify) while every slot is taken,
+    so that a freed slot is taken at once without bringing the whole fleet's preparation forward.
+
+    The rollout stops (``stop``: no host starts preparing, none leaves rotation) when more than
+    ``max_failures`` hosts failed, when a canary failed, on a failed soak, or when asked to. Hosts
+    already out of rotation finish or are put back; a put-back (``putback``) still takes a slot
+    when one is free, whatever stopped the rollout: putting back is not new work."""
+
+    def __init__(self, size: int, max_failures: int = 0, lookahead: Optional[int] = None,
+                 canaries: Sequence[str] = ()) -> None:
+        self.size = max(int(size), 1)
+        self.max_failures = max(int(max_failures), 0)
+        self.lookahead = self.size if lookahead is None else max(int(lookahead), 0)
+        self.canaries = set(canaries)
+        self.holding: Dict[str, set] = {}
+        self.kept_out: set = set()
+        self.ahead: set = set()
+        self.failed: set = set()
+        self.stopped: Optional[str] = None
+        self.peak = 0
+
+    @staticmethod
+    def unit_of(host: str) -> str:
+        return host
+
+    def in_use(self) -> int:
+        return len(set(self.holding) | self.kept_out)
+
+    def free(self) -> int:
+        return self.size - self.in_use()
+
+    def holds(self, host: str) -> bool:
+        return host in self.holding.get(self.unit_of(host), ())
+
+    def may_admit(self) -> bool:
+        """Whether one more host may start preparing: a stopped rollout admits (to tell it so)."""
+        return self.stopped is not None or len(self.ahead) < max(self.free(), 0) + self.lookahead
+
+    def admit(self, host: str) -> None:
+        if self.stopped is None:
+            self.ahead.add(host)
+
+    def may_take(self, host: str, putback: bool = False) -> bool:
+        """Whether ``host`` may leave rotation now (take returns whether it got a slot)."""
+        unit = self.unit_of(host)
+        if unit in self.holding or unit in self.kept_out:
+            return True
+        if self.stopped is not None and not putback:
+            return True
+        return self.free() > 0
+
+    def take(self, host: str, putback: bool = False) -> bool:
+        self.ahead.discard(host)
+        unit = self.unit_of(host)
+        if unit in self.kept_out:
+            self.kept_out.discard(unit)
+        elif unit not in self.holding and self.stopped is not None and not putback:
+            return False
+        self.holding.setdefault(unit, set()).add(host)
+        self.peak = max(self.peak, self.in_use())
+        return True
+
+    def back(self, host: str) -> None:
+        """``host`` is back in rotation and healthy (or never left it): its slot frees."""
+        self.ahead.discard(host)
+        unit = self.unit_of(host)
+        members = self.holding.get(unit)
+        if members is not None:
+            members.discard(host)
+            if not members:
+                del self.holding[unit]
+
+    def keep_out(self, host: str) -> None:
+        """``host`` stays out of rotation (failed and kept drained, or its undrain failed)."""
+        self.back(host)
+        self.kept_out.add(self.unit_of(host))
+        if len(self.kept_out) >= self.size:
+            self.stop("%d host(s) kept out of rotation (%s) fill the window of %d: no room left for another"
+                      % (len(self.kept_out), ", ".join(sorted(self.kept_out)), self.size))
+
+    def fail(self, host: str) -> None:
+        self.ahead.discard(host)
+        if host in self.failed:
+            return
+        self.failed.add(host)
+        if host in self.canaries:
+            self.stop("the canary %s failed" % host)
+        elif len(self.failed) > self.max_failures:
+            self.stop("%d hosts failed (%s), more than sglang_max_fail_percentage allows (%d)"
+                      % (len(self.failed), ", ".join(sorted(self.failed)), self.max_failures))
+
+    def stop(self, reason: str) -> None:
+        if self.stopped is None:
+            self.stopped = reason
+        self.ahead.clear()
+
+
+def estimate(times: Sequence[float], hosts: int, size: int, canaries: int = 1) -> Optional[Dict[str, Any]]:
+    """The rollout's duration from earlier runs' times out of rotation (seconds, one per host that
+    had one): the canaries one after the other in their slots, then the rest ``size`` at a time,
+    each taking the median time. None without a time to go on."""
+    known = sorted(float(t) for t in times if t is not None and float(t) >= 0)
+    if not known or hosts < 1:
+        return None
+    median = known[len(known) // 2] if len(known) % 2 else (known[len(known) // 2 - 1] + known[len(known) // 2]) / 2
+    canaries = min(max(int(canaries), 0), hosts)
+    size = max(int(size), 1)
+    rounds = (-(-canaries // size) if canaries else 0) + -(-(hosts - canaries) // size)
+    return {"seconds": round(rounds * median, 1), "median_s": round(median, 1), "samples": len(known),
+            "rounds": rounds}

@@ -776,7 +776,8 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
 
 
 def test_a_host_kept_drained_leaves_no_room_and_the_rollout_stops():
-    """sglang_keep_failed_drained=true, sglang_max_unavailable=2: after the canary, a batch of two
+    """Batches (sglang_serial=[1, 2]), sglang_keep_failed_drained=true, sglang_max_unavailable=2: after the
+    canary, a batch of two
     where one host fails and is put back, healthy but kept out of rotation. The next batch of two
     would take 3 hosts out at once, so the rollout stops there, within its failure limit (a batch
     that fails whole ends the play in Ansible itself, before this rule is asked)."""
@@ -791,7 +792,7 @@ def test_a_host_kept_drained_leaves_no_room_and_the_rollout_stops():
         fourth: dict(FLAGS, sglang_environment=change, **UPGRADE)})
     rollout = run("no-room", REMEDIATE, inv, list(names),
                   args=["-e", json.dumps(dict(HOOKS, sglang_max_unavailable=2, sglang_max_fail_percentage=50,
-                                              sglang_keep_failed_drained=True))],
+                                              sglang_keep_failed_drained=True, sglang_serial=[1, 2]))],
                   env_over=PROJECT_CFG)
     assert rollout.rc == 2, rollout.tail(150)
     assert ("%s: 1 hosts of this rollout are out of rotation (failed, kept drained); with the next batch of up to 2"

@@ -201,8 +201,9 @@ def test_a_failing_host_stops_its_slice_only_and_the_merge_says_which():
     failing = {FAILING: {"sglang_health_timeout": 15, "sglang_environment": dict(
         DEMO["sglang_environment"], SGLANG_TEST_DOUBLE_FAIL_HEALTH="1")}}
     before = start_lines()
-    names, rcs, _ = slice_jobs("r3", dict(FLAGS_A, sglang_rollout_stage="after_canaries", sglang_rollout_id="r3"),
-                               failing)
+    # No lookahead: the failing host (first of its slice) is the only one that starts before it fails.
+    names, rcs, _ = slice_jobs("r3", dict(FLAGS_A, sglang_rollout_stage="after_canaries", sglang_rollout_id="r3",
+                                          sglang_rollout_lookahead=0), failing)
     parts = awx_slices(HOSTS, SLICES)
     assert rcs == [0, 2, 0, 0], [OPERATOR.log(n)[-3000:] for n in names]
     starts = new_starts(before)

@@ -4,6 +4,7 @@ import pytest
 
 from ansible_collections.fleetops.sglang.plugins.filter.sglang import rollout_plan
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rollout as r
+from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import Window, estimate
 
 HOSTS = ["gpu-%02d" % i for i in range(1, 21)]
 
@@ -204,3 +205,94 @@ def test_a_bad_stage_is_refused_naming_it(value):
     else:
         assert len(errors) == 1 and errors[0].startswith("sglang_rollout_stage=%r" % (value,))
         assert "after_canaries" in errors[0]
+
+
+# --- the sliding window (plugins/strategy/window.py hands out Window's slots) ---------------------
+
+def test_the_window_is_the_default_and_serial_chooses_batches():
+    window = rollout_plan(HOSTS[:10], HOSTS[:10], max_unavailable=3)
+    assert window["mode"] == "window"
+    assert window["window"]["size"] == 3 and window["window"]["serial"] == [1, 9]
+    assert rollout_plan(HOSTS[:10], HOSTS[:10], serial=[1, 3])["mode"] == "batches"
+
+
+def test_the_forks_bound_the_window():
+    doc = rollout_plan(HOSTS[:40], HOSTS[:40], max_unavailable=20, forks=8)["window"]
+    assert (doc["size"], doc["budget"], doc["forks"]) == (8, 20, 8)
+    assert rollout_plan(HOSTS[:40], HOSTS[:40], max_unavailable=4, forks=8)["window"]["size"] == 4
+
+
+def test_canaries_beyond_the_window_are_their_own_batches_then_everyone_else():
+    hostvars = {h: {"rack": h} for h in HOSTS[:12]}
+    doc = rollout_plan(HOSTS[:12], HOSTS[:12], max_unavailable=2, canary_by="rack", hostvars=hostvars)
+    # Twelve canaries (one per rack) in batches of the window, nobody else.
+    assert doc["window"]["serial"] == [2] * 6
+    doc = rollout_plan(HOSTS[:12], HOSTS[:12], max_unavailable=2, stage="after_canaries")
+    assert doc["window"]["serial"] == [12] and doc["window"]["canaries"] == []
+
+
+@pytest.mark.parametrize("pct, hosts, allowed", [(None, 10, 0), (0, 10, 0), (10, 10, 1), (25, 10, 2), (100, 3, 3)])
+def test_the_failure_limit_as_ansible_reads_max_fail_percentage(pct, hosts, allowed):
+    doc = rollout_plan(HOSTS[:hosts], HOSTS[:hosts], max_fail_percentage=pct)
+    assert doc["window"]["max_failures"] == allowed
+
+
+@pytest.mark.parametrize("kw, name", [({"max_fail_percentage": "lots"}, "sglang_max_fail_percentage"),
+                                      ({"max_fail_percentage": 101}, "sglang_max_fail_percentage"),
+                                      ({"lookahead": "10%"}, "sglang_rollout_lookahead"),
+                                      ({"lookahead": -1}, "sglang_rollout_lookahead")])
+def test_bad_window_settings_are_refused_naming_the_variable(kw, name):
+    errors = rollout_plan(HOSTS[:4], HOSTS[:4], **kw)["errors"]
+    assert len(errors) == 1 and errors[0].startswith(name), errors
+
+
+def test_the_lookahead_defaults_to_the_window():
+    assert rollout_plan(HOSTS[:10], HOSTS[:10], max_unavailable=3)["window"]["lookahead"] == 3
+    assert rollout_plan(HOSTS[:10], HOSTS[:10], max_unavailable=3, lookahead=0)["window"]["lookahead"] == 0
+
+
+def test_window_slots_free_when_a_host_is_back_and_stay_taken_when_kept_out():
+    w = Window(2, max_failures=1, lookahead=1)
+    assert w.may_admit()
+    w.admit("a"), w.admit("b")
+    assert w.may_admit() is True  # 2 slots free + 1 ahead: a third may prepare
+    w.admit("c")
+    assert not w.may_admit()
+    assert w.take("a") and w.take("b")
+    assert not w.may_take("c") and w.free() == 0
+    w.back("a")
+    assert w.may_take("c") and w.take("c")
+    w.keep_out("b")
+    assert w.in_use() == 2 and not w.may_take("d")
+    w.back("c")
+    assert w.in_use() == 1 and w.peak == 2
+
+
+def test_window_stops_over_the_failure_limit_on_a_canary_or_when_full_of_hosts_kept_out():
+    w = Window(3, max_failures=1, canaries=["k"])
+    w.fail("a")
+    assert w.stopped is None
+    w.fail("a")
+    assert w.stopped is None  # one host counted once
+    w.fail("b")
+    assert "2 hosts failed (a, b)" in w.stopped
+    # Stopped: new work is told so (no slot), a put-back still gets one.
+    assert w.may_take("c") and not w.take("c")
+    assert w.take("d", putback=True)
+    w2 = Window(3, max_failures=10, canaries=["k"])
+    w2.fail("k")
+    assert w2.stopped == "the canary k failed"
+    w3 = Window(2)
+    w3.take("a"), w3.take("b")
+    w3.keep_out("a")
+    assert w3.stopped is None
+    w3.keep_out("b")
+    assert "fill the window of 2" in w3.stopped
+
+
+def test_the_estimate_runs_the_canaries_then_rounds_of_the_window():
+    assert estimate([], 10, 2) is None
+    doc = estimate([100, 300, 200], 10, 3, canaries=1)
+    # 1 canary round, then 9 hosts 3 at a time: 4 rounds of the median 200 s.
+    assert doc == {"seconds": 800.0, "median_s": 200.0, "samples": 3, "rounds": 4}
+    assert estimate([60, 120], 4, 4, canaries=0)["seconds"] == 90.0
