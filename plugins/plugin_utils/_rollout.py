@@ -45,7 +45,8 @@ CANARY_ALIASES = {"release": "sglang_version"}
 # rollout play builds the same plan back from them (handed_over(), the rollout_plan filter with
 # handed_over=true). These names are written here and nowhere else.
 HANDOVER = (("order", "sglang_rollout_order"), ("canaries", "sglang_canaries"),
-            ("unavailable", "sglang_probe_lost"), ("next_stage", "sglang_next_stage"))
+            ("unavailable", "sglang_probe_lost"), ("next_stage", "sglang_next_stage"),
+            ("not_serving", "sglang_not_serving"))
 NEXT_STAGE_GROUP = dict(HANDOVER)["next_stage"]
 # Also read at play level, and set by the tasks that stop a rollout (the probe pass's limit or a
 # refused plan, a batch's limit, a failed soak) and by the probe (the hosts that need work): the
@@ -227,7 +228,8 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
          canary_values: Optional[Mapping[str, str]] = None, unavailable: Sequence[str] = (),
          soak_seconds: Any = None, on_soak_failure: Any = None,
          canaries: Optional[Sequence[str]] = None, stage: Any = None, forks: Any = None,
-         max_fail_percentage: Any = None, lookahead: Any = None) -> Dict[str, Any]:
+         max_fail_percentage: Any = None, lookahead: Any = None,
+         not_serving: Sequence[str] = ()) -> Dict[str, Any]:
     """The rollout of ``needs_work`` (inventory order): the host order, the ``serial`` list, and errors
     (each naming the variable, its value and the fix) that refuse the rollout before it starts.
 
@@ -236,7 +238,11 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
 
     ``mode`` is ``window`` (the default: the sliding window of plugins/strategy/window.py, ``window``
     says its size, the forks that bound it and its failure limit) or ``batches`` (``sglang_serial``
-    given: lockstep batches)."""
+    given: lockstep batches).
+
+    ``not_serving``: hosts whose server the probe found not running. Out of rotation already, they
+    hold slots of the window from the start (``window.kept_out``); one that needs work keeps its own
+    slot through its remediation instead of taking another."""
     doc = _plan(needs_work, fleet_size, max_unavailable, serial, canary_values, unavailable, soak_seconds,
                 on_soak_failure, canaries, stage, max_fail_percentage, lookahead)
     doc["mode"] = "batches" if serial is not None else "window"
@@ -257,6 +263,16 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
     }
     if not doc["window"]["serial"]:
         doc["window"]["serial"] = [1]
+    lost = set(doc["unavailable"])
+    kept = [str(h) for h in (not_serving or []) if str(h) not in lost]
+    doc["not_serving"] = kept
+    doc["window"]["kept_out"] = kept
+    idle = [h for h in kept if h not in set(doc["order"]) | set(doc["next_stage"])]
+    if doc["mode"] == "window" and not doc["errors"] and doc["order"] and len(idle) >= size:
+        doc["errors"] = ["the window of %d (sglang_max_unavailable, bounded by the forks) leaves no host to take out "
+                         "of rotation: %d hosts that need no work are out of rotation already (their server not "
+                         "running at the probe: %s); start them, list them in sglang_skip_hosts or the group "
+                         "sglang_maintenance, or raise sglang_max_unavailable" % (size, len(idle), ", ".join(idle))]
     return doc
 
 
@@ -345,13 +361,14 @@ class Window:
     when one is free, whatever stopped the rollout: putting back is not new work."""
 
     def __init__(self, size: int, max_failures: int = 0, lookahead: Optional[int] = None,
-                 canaries: Sequence[str] = ()) -> None:
+                 canaries: Sequence[str] = (), kept_out: Sequence[str] = ()) -> None:
         self.size = max(int(size), 1)
         self.max_failures = max(int(max_failures), 0)
         self.lookahead = self.size if lookahead is None else max(int(lookahead), 0)
         self.canaries = set(canaries)
         self.holding: Dict[str, set] = {}
-        self.kept_out: set = set()
+        # Out of rotation before the rollout (their server not running at the probe) or left out by it.
+        self.kept_out: set = {self.unit_of(h) for h in kept_out}
         self.ahead: set = set()
         self.failed: set = set()
         self.stopped: Optional[str] = None
@@ -370,9 +387,12 @@ class Window:
     def holds(self, host: str) -> bool:
         return host in self.holding.get(self.unit_of(host), ())
 
-    def may_admit(self) -> bool:
-        """Whether one more host may start preparing: a stopped rollout admits (to tell it so)."""
-        return self.stopped is not None or len(self.ahead) < max(self.free(), 0) + self.lookahead
+    def may_admit(self, host: Optional[str] = None) -> bool:
+        """Whether one more host may start preparing: a stopped rollout admits (to tell it so), and so
+        does a host whose unit is out of rotation already (it has its slot)."""
+        if self.stopped is not None or (host is not None and self.unit_of(host) in self.kept_out):
+            return True
+        return len(self.ahead) < max(self.free(), 0) + self.lookahead
 
     def admit(self, host: str) -> None:
         if self.stopped is None:

@@ -80,7 +80,8 @@ class WindowState:
     def __init__(self, doc):
         self.doc = dict(doc)
         self.rule = Window(int(doc.get("size") or 1), int(doc.get("max_failures") or 0),
-                           doc.get("lookahead"), [str(h) for h in doc.get("canaries") or []])
+                           doc.get("lookahead"), [str(h) for h in doc.get("canaries") or []],
+                           [str(h) for h in doc.get("kept_out") or []])
         self.stop_file = str(doc.get("stop_file") or "")
         self.sleeping = {}
         self.decisions = {}
@@ -194,7 +195,7 @@ class StrategyModule(FreeStrategyModule):
             decision = state.decisions[name] = (task._uuid,) + self._decide(iterator, host, task, kind)
         _, needed, putback = decision
         if kind == "admit":
-            if not rule.may_admit():
+            if not rule.may_admit(name):
                 return False
             if rule.stopped is not None:
                 self._variable_manager.set_host_variable(name, STOPPED_VAR, rule.stopped)

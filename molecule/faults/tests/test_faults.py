@@ -812,26 +812,34 @@ def test_a_host_kept_drained_leaves_no_room_and_the_rollout_stops():
     assert r[fourth]["status"] == "not reached" and read(fourth) == before[fourth]
 
 
-def test_a_failed_soak_stops_the_rollout_and_keeps_the_change_by_default():
-    """sglang_on_soak_failure at its default (stop): the canary's gate passes, its soak fails (its
-    double degrades once the gate's requests are served); the change stands, the rest is not reached."""
-    change = env(SGLANG_TEST_DOUBLE_EXTRA="soak")
+@pytest.mark.parametrize("mode", ["batches", "window"])
+def test_a_failed_soak_stops_the_rollout_and_keeps_the_change_by_default(mode):
+    """sglang_on_soak_failure at its default (stop), in batches (the step's soak) and under the
+    sliding window (the host's own soak): the canary's gate passes, its soak fails (its double
+    degrades once the gate's requests are served); the change stands, the rest is not reached."""
+    change = env(SGLANG_TEST_DOUBLE_EXTRA="soak-" + mode)
     before = {name: read(name) for name in (CANARY, SECOND)}
     inv = inventory([], faulted=True, extra_hosts={
         CANARY: {"sglang_environment": dict(change, SGLANG_TEST_DOUBLE_DEGRADE_AFTER="3")},
         SECOND: {"sglang_environment": change}})
-    rollout = run("soak-stop", REMEDIATE, inv, [CANARY, SECOND],
-                  args=["-e", json.dumps({"sglang_serial": [1, "100%"], "sglang_soak_seconds": 1})],
+    name = "soak-stop-" + mode
+    rollout = run(name, REMEDIATE, inv, [CANARY, SECOND],
+                  args=["-e", json.dumps(dict({"sglang_soak_seconds": 1},
+                                              **({"sglang_serial": [1, "100%"]} if mode == "batches" else {})))],
                   env_over=PROJECT_CFG)
     assert rollout.rc == 2, rollout.tail(150)
-    report = OPERATOR.report("soak-stop")
+    report = OPERATOR.report(name)
     soaks = report["run"]["soaks"]
     assert len(soaks) == 1 and soaks[0]["passed"] is False and soaks[0]["action"] == "stopped", soaks
-    r = rows("soak-stop")
+    r = rows(name)
     after = read(CANARY)
-    assert r[CANARY]["soak"].startswith("after batch 1: failed"), r[CANARY]
+    assert r[CANARY]["soak"].startswith("after %s: failed" % ("batch 1" if mode == "batches" else "its gate")), r
+    if mode == "window":
+        assert report["run"]["window"]["stopped"] == "the soak of %s failed" % CANARY, report["run"]
+        assert "stopped before this host started (the soak of %s failed)" % CANARY in r[SECOND]["error"], r
     assert r[CANARY]["rolled_back"] is False and r[CANARY]["restarted"] is True, r[CANARY]
-    assert "SGLANG_TEST_DOUBLE_EXTRA=soak" in after["environ"] and after["starts"] == before[CANARY]["starts"] + 1
+    assert "SGLANG_TEST_DOUBLE_EXTRA=soak-" + mode in after["environ"]
+    assert after["starts"] == before[CANARY]["starts"] + 1
     assert r[SECOND]["status"] == "not reached" and read(SECOND) == before[SECOND]
 
 

@@ -296,3 +296,18 @@ def test_the_estimate_runs_the_canaries_then_rounds_of_the_window():
     # 1 canary round, then 9 hosts 3 at a time: 4 rounds of the median 200 s.
     assert doc == {"seconds": 800.0, "median_s": 200.0, "samples": 3, "rounds": 4}
     assert estimate([60, 120], 4, 4, canaries=0)["seconds"] == 90.0
+
+
+def test_hosts_not_serving_hold_slots_and_one_that_needs_work_keeps_its_own():
+    doc = rollout_plan(HOSTS[:3], HOSTS[:10], max_unavailable=2, not_serving=[HOSTS[1], HOSTS[5]])
+    assert doc["errors"] == [] and doc["window"]["kept_out"] == [HOSTS[1], HOSTS[5]]
+    w = Window(2, lookahead=0, kept_out=doc["window"]["kept_out"])
+    assert w.free() == 0
+    # The host that needs work and serves nothing starts at once and leaves on its own slot.
+    assert w.may_admit(HOSTS[1]) and not w.may_admit(HOSTS[2]) and w.may_take(HOSTS[1])
+    assert w.take(HOSTS[1]) and w.in_use() == 2
+    w.back(HOSTS[1])
+    assert w.free() == 1 and w.may_take(HOSTS[2])
+    refused = rollout_plan(HOSTS[:3], HOSTS[:10], max_unavailable=2, not_serving=[HOSTS[5], HOSTS[6]])
+    assert refused["errors"][0].startswith("the window of 2 (sglang_max_unavailable"), refused["errors"]
+    assert "%s, %s" % (HOSTS[5], HOSTS[6]) in refused["errors"][0]

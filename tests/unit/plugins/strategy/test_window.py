@@ -83,12 +83,12 @@ STOPPED_TAKE = "stopped before leaving rotation"
 
 
 def run(tmp_path, size=2, hosts=HOSTS, canaries=("h1",), forks=10, max_failures=0, lookahead=None, down=(),
-        stop_file=False, **knobs):
+        stop_file=False, not_serving=(), **knobs):
     rest = [h for h in list(hosts) + list(down) if h not in canaries]
     window = {"size": size, "budget": size, "max_failures": max_failures, "lookahead": lookahead,
               "canaries": list(canaries), "hosts": len(hosts) + len(down),
               "serial": ([len(canaries)] if canaries else []) + [len(rest)],
-              "stop_file": str(tmp_path / "STOP")}
+              "stop_file": str(tmp_path / "STOP"), "kept_out": list(not_serving)}
     if stop_file:
         (tmp_path / "STOP").write_text("")
     (tmp_path / "play.yml").write_text(PLAY)
@@ -241,3 +241,16 @@ def test_an_unreachable_host_counts_as_failed(tmp_path):
     assert proc.returncode != 0
     assert "unreachable=1" in re.search(r"^gone\s+:.*$", proc.stdout, re.M).group(0)
     assert "the rollout stops handing out hosts: 1 hosts failed (gone)" in proc.stdout
+
+
+def test_hosts_not_serving_hold_their_slots_from_the_start(tmp_path):
+    # "idle" (not in the play) serves nothing: one slot of two is taken for the whole run; h2 serves
+    # nothing either but needs work: it leaves on its own slot, not on the free one.
+    proc, log = run(tmp_path, size=2, hosts=HOSTS[:4], canaries=(), not_serving=["idle", "h2"], lookahead=0)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert most_out(log) <= 2
+    lines = slots(proc.stdout)
+    assert all(int(used) <= 2 for _, _, used, _ in lines), lines
+    # While h2 was out (on its own slot) and "idle" held the other, nobody else was: one at a time
+    # once h2 is back, since "idle" keeps its slot to the end.
+    assert [int(used) for h, what, used, _ in lines if what == "leaves rotation" and h != "h2"] == [2, 2, 2]

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""`scripts/bench --rollout`: the sliding window against lockstep batches, on restarts of unequal length.
+
+Issue 43 ("Measure it"). A window (plugins/strategy/window.py over _rollout.Window) should finish a
+rollout whose hosts take different times to come back close to the lower bound, where lockstep
+batches pay each batch's slowest host. One run of this bench measures it:
+
+  - N converged hosts (testbed/converged.py's image, the docker connection), host i serving with
+    SGLANG_TEST_DOUBLE_STARTUP_DELAY = the i-th of --delays (seconds of 503 before healthy: the
+    test double's "model load"; the list repeats when there are more hosts than delays);
+  - the same change (the speculative flags flipped, 15/16 <-> 7/8, so that every host restarts
+    every time) rolled out four ways by remediate.yml, sglang_max_unavailable = --window, the
+    first host the one canary: (a) the window with the delays, (b) batches (sglang_serial
+    [1, window]: the canary, then batches of the window) with the delays, (c) the window and
+    (d) batches with every delay 1 s;
+  - per way the makespan (wall seconds of ansible-playbook from start to exit) and the report's
+    per-host times (SGLANG_REPORT_DIR under .cache/bench/rollout/reports/<way>);
+  - the excess = makespan(delays) - makespan(1 s) of the window and of batches, against the lower
+    bound LB = d(canary) + max(max d, sum of the other d / window), and the ideal schedules over the
+    same delays and order: the greedy window (each host starts when one of the window's slots
+    frees) and lockstep batches (each batch pays its max).
+
+Printed as tables, written to .cache/bench/rollout.json; per-run logs in .cache/bench/logs/rollout-*.log.
+The containers are removed at the end (--keep leaves them). Timings are noisy on a shared machine:
+compare the ways within one run.
+
+Usage:
+  scripts/bench --rollout [--hosts 12] [--window 4] [--delays 12,30,6,14,26,8,22,10,28,18,20,16]
+                          [--forks 20] [--prefix sglang-rollout] [--keep]
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from run import CACHE, ROOT, bench_env, finish, log, summarize
+from scale import healthy_starts
+
+# Issue 43's loads: the canary's first, then the others in inventory order.
+DEFAULT_DELAYS = (12, 30, 6, 14, 26, 8, 22, 10, 28, 18, 20, 16)
+DEFAULT_WINDOW = 4
+# The second load of each way: every host about as fast as the test double gets.
+FLAT_DELAY = 1.0
+SUITE = "bookworm"
+DELAY_VAR = "SGLANG_TEST_DOUBLE_STARTUP_DELAY"
+# The converged hosts serve the role's defaults (15/1/16); 7/1/8 is the pair the scenarios roll out
+# (molecule/slicing/tests/test_slicing.py, FLAGS_A). Rollout k sets FLAGS[k % 2]: each one restarts every host.
+FLAGS = ({"sglang_speculative_num_steps": 7, "sglang_speculative_num_draft_tokens": 8},
+         {"sglang_speculative_num_steps": 15, "sglang_speculative_num_draft_tokens": 16})
+# The four ways, in the order they run: (name, mode, loads).
+WAYS = (("window-delays", "window", "delays"), ("batches-delays", "batches", "delays"),
+        ("window-1s", "window", "1s"), ("batches-1s", "batches", "1s"))
+OUT = CACHE / "rollout"
+DEMO_VARS = ROOT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
+
+
+# --------------------------------------------------------------------------- the ideal schedules (pure)
+
+
+def host_delays(hosts: int, delays: Sequence[float]) -> list[float]:
+    """Each host's delay, in host order: the list's i-th for host i, repeated when the fleet is longer."""
+    if not delays:
+        raise ValueError("no delays")
+    return [float(delays[i % len(delays)]) for i in range(hosts)]
+
+
+def lower_bound(delays: Sequence[float], window: int) -> float:
+    """No rollout of these hosts (the first a canary alone, then at most ``window`` at once) ends sooner:
+    the canary's time, then the longest host or the others' total shared by the window, whichever is more."""
+    if not delays:
+        return 0.0
+    rest = [float(d) for d in delays[1:]]
+    return float(delays[0]) + (max(max(rest), sum(rest) / max(window, 1)) if rest else 0.0)
+
+
+def ideal_window(delays: Sequence[float], window: int) -> float:
+    """The makespan of the greedy sliding window with no overhead: the canary alone, then the hosts in
+    order, each starting as soon as one of the ``window`` slots frees (what the strategy aims at)."""
+    if not delays:
+        return 0.0
+    start = float(delays[0])
+    slots = [start] * max(window, 1)
+    end = start
+    for d in delays[1:]:
+        free = heapq.heappop(slots)
+        heapq.heappush(slots, free + float(d))
+        end = max(end, free + float(d))
+    return end
+
+
+def ideal_batches(delays: Sequence[float], batch: int) -> float:
+    """The makespan of lockstep batches with no overhead: the canary alone, then batches of ``batch``
+    hosts in order, each waiting for its slowest host before the next starts (sglang_serial [1, batch])."""
+    if not delays:
+        return 0.0
+    rest = [float(d) for d in delays[1:]]
+    size = max(batch, 1)
+    return float(delays[0]) + sum(max(rest[i:i + size]) for i in range(0, len(rest), size))
+
+
+def analysis(makespans: dict[str, float], delays: Sequence[float], window: int) -> dict[str, Any]:
+    """What the four makespans say: per mode the excess the delays add, the ideal schedules over the same
+    delays (and over 1 s each), the lower bound, and the excess and the ideal as ratios of it."""
+    flat = [FLAT_DELAY] * len(delays)
+    lb = lower_bound(delays, window)
+    ideal = {"window": {"delays": ideal_window(delays, window), "1s": ideal_window(flat, window)},
+             "batches": {"delays": ideal_batches(delays, window), "1s": ideal_batches(flat, window)}}
+    out: dict[str, Any] = {"lower_bound": lb, "ideal": ideal}
+    for mode in ("window", "batches"):
+        excess = makespans[f"{mode}-delays"] - makespans[f"{mode}-1s"]
+        ideal_excess = ideal[mode]["delays"] - ideal[mode]["1s"]
+        out[mode] = {"makespan_delays": makespans[f"{mode}-delays"], "makespan_1s": makespans[f"{mode}-1s"],
+                     "excess": excess, "excess_over_lb": excess / lb if lb else None,
+                     "ideal": ideal[mode]["delays"], "ideal_over_lb": ideal[mode]["delays"] / lb if lb else None,
+                     "ideal_excess": ideal_excess, "excess_over_ideal_excess":
+                     excess / ideal_excess if ideal_excess else None}
+    return out
+
+
+def table(data: dict[str, Any]) -> str:
+    """The markdown the bench prints (and keeps in .cache/bench/rollout/rollout.md)."""
+    a, w = data["analysis"], data["window"]
+    out = [f"{data['date']}, commit {data['commit']}, {data['cores']} cores, {data['hosts']} hosts, "
+           f"window {w} (sglang_max_unavailable), forks {data['forks']}, one canary, "
+           f"batches' strategy {data['batches_strategy']}",
+           f"delays (s, host order, the canary first): {', '.join(f'{d:g}' for d in data['delays'])}", "",
+           "| rollout | loads | makespan | ideal schedule | makespan - ideal | greedy over the measured "
+           "out-of-rotation times | peak out of rotation |",
+           "|---|---|---|---|---|---|---|"]
+    for name, mode, loads in WAYS:
+        run = data["runs"][name]
+        ideal = a["ideal"][mode][loads]
+        sim = run.get("ideal_over_measured")
+        out.append(f"| {mode} | {'delays' if loads == 'delays' else '1 s each'} | {run['makespan']:.1f}s "
+                   f"| {ideal:.1f}s | {run['makespan'] - ideal:+.1f}s | {'-' if sim is None else f'{sim:.1f}s'} "
+                   f"| {run.get('peak_out_of_rotation') if run.get('peak_out_of_rotation') is not None else '-'} |")
+    out += ["", f"LB = d(canary) + max(max d, sum of the other d / {w}) = {a['lower_bound']:.1f}s", "",
+            "| | window | batches |", "|---|---|---|"]
+
+    def row(label: str, key: str, fmt: str) -> str:
+        cells = [("-" if a[m][key] is None else format(a[m][key], fmt)) for m in ("window", "batches")]
+        return f"| {label} | {cells[0]} | {cells[1]} |"
+
+    out += [row("excess = makespan(delays) - makespan(1 s), s", "excess", ".1f"),
+            row("excess / LB", "excess_over_lb", ".2f"),
+            row("ideal schedule over the delays, s", "ideal", ".1f"),
+            row("ideal / LB", "ideal_over_lb", ".2f"),
+            row("ideal excess = ideal(delays) - ideal(1 s), s", "ideal_excess", ".1f"),
+            row("excess / ideal excess", "excess_over_ideal_excess", ".2f")]
+    out += ["", f"healthy starts per host (1 at boot, then one per rollout): {data['starts']}"]
+    out += [f"problem: {p}" for p in data["problems"]] or ["every rollout passed and restarted every host"]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------- the fleet
+
+
+def testbed_modules():
+    """testbed/testbed.py and testbed/converged.py (the test bed's container flags, the converged image)."""
+    if str(ROOT / "testbed") not in sys.path:
+        sys.path.insert(0, str(ROOT / "testbed"))
+    import converged  # noqa: PLC0415
+    import testbed  # noqa: PLC0415
+    return testbed, converged
+
+
+def start_fleet(prefix: str, count: int) -> list[str]:
+    """COUNT fresh containers of the converged image, labelled as testbed.py's fleet PREFIX (so that
+    `testbed.py fleet-down --prefix PREFIX` removes them), booted."""
+    testbed, converged = testbed_modules()
+    py = str(ROOT / ".venv" / "bin" / "python")
+    subprocess.run([str(ROOT / "scripts" / "wheelhouse"), str(ROOT / ".cache" / "wheelhouse"), converged.VERSION],
+                   cwd=ROOT, check=True)
+    # Rebuilt only when the checkout's role, plugins or test double changed since it was made.
+    subprocess.run([py, "testbed/testbed.py", "converged", "--suite", SUITE], cwd=ROOT, check=True)
+    subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", prefix], cwd=ROOT, check=True)
+    names = testbed.fleet_names(prefix, count)
+    for name in names:
+        log(f"starting container {name} ({converged.tag(SUITE)})")
+        testbed.run(["docker", "run", "-d", "--name", name, "--hostname", name,
+                     "--label", f"{testbed.FLEET_LABEL}={prefix}", *testbed.container_flags(),
+                     converged.tag(SUITE), "/lib/systemd/systemd"])
+    testbed.wait_booted(names)
+    return names
+
+
+def write_inventory(inv: Path, names: list[str], delays: Sequence[float]) -> None:
+    """The fleet as the group sglang, with the demo's variables (test double, wheelhouse) and, per host,
+    the demo's sglang_environment with its own startup delay (the dict is replaced whole by host_vars)."""
+    import yaml  # noqa: PLC0415 (the controller's venv has it: ansible-core needs it)
+    testbed, _ = testbed_modules()
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    (inv / "host_vars").mkdir(exist_ok=True)
+    (inv / "hosts.yml").write_text(testbed.render_inventory(names, "sglang", {}))
+    (inv / "group_vars" / "sglang.yml").write_text(DEMO_VARS.read_text())
+    environment = yaml.safe_load(DEMO_VARS.read_text())["sglang_environment"]
+    for name, delay in zip(names, delays):
+        (inv / "host_vars" / f"{name}.yml").write_text(
+            yaml.safe_dump({"sglang_environment": dict(environment, **{DELAY_VAR: f"{delay:g}"})}))
+
+
+def ansible_env(forks: int, report_dir: Path | None, counts: Path | None) -> dict:
+    """bench/run.py's environment of a measured run, the report in REPORT_DIR, the plan's forks the run's."""
+    env = bench_env(counts)
+    if report_dir is not None:
+        env["SGLANG_REPORT_DIR"] = str(report_dir)
+    # The plan reads the forks from the configuration (DEFAULT_FORKS), not from --forks.
+    env["ANSIBLE_FORKS"] = str(forks)
+    return env
+
+
+def prepare(inv: Path, forks: int) -> None:
+    """The scenarios' prepare step of a converged host: booted, this checkout's image, its server healthy."""
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inv), "--forks", str(forks),
+           "molecule/shared/prepare-converged.yml"]
+    env = dict(ansible_env(forks, OUT / "reports" / "prepare", None), MOLECULE_PROJECT_DIRECTORY=str(ROOT),
+               MOLECULE_DISTRO=SUITE)
+    res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    finish(cmd, res, None, True, "rollout-prepare")
+
+
+def rollout(inv: Path, forks: int, name: str, mode: str, window: int, flags: dict, health_timeout: int) -> dict:
+    """One measured remediate.yml: its makespan, the sglang_bench counts, and the report's per-host times."""
+    report_dir = OUT / "reports" / name
+    shutil.rmtree(report_dir, ignore_errors=True)
+    counts = CACHE / f"rollout-{name}.json"
+    extra: dict[str, Any] = dict(flags, sglang_max_unavailable=window, sglang_health_timeout=health_timeout)
+    if mode == "batches":
+        extra["sglang_serial"] = [1, window]
+    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inv), "--forks", str(forks),
+           "-e", json.dumps(extra), "remediate.yml"]
+    env = ansible_env(forks, report_dir, counts)
+    start = time.monotonic()
+    res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    makespan = time.monotonic() - start
+    c = finish(cmd, res, counts, True, f"rollout-{name}")
+    report = json.loads((report_dir / "latest" / "fleet.json").read_text())
+    hosts = {r["host"]: {k: r.get(k) for k in ("status", "batch", "restarted", "out_of_rotation_s",
+                                               "restart_to_healthy_s", "error")} for r in report["hosts"]}
+    window_doc = (report.get("run") or {}).get("window") or {}
+    return {"makespan": makespan, "extra_vars": extra, "hosts": hosts, "counts": summarize(c),
+            "peak_out_of_rotation": window_doc.get("peak_out_of_rotation"), "report": str(report_dir / "latest")}
+
+
+def measured_ideal(run: dict, names: list[str], mode: str, window: int) -> float | None:
+    """The ideal schedule of MODE over the times the hosts were really out of rotation (None if one is
+    missing): how much of the makespan the schedule explains, and how much is the run's own overhead."""
+    times = [run["hosts"].get(n, {}).get("out_of_rotation_s") for n in names]
+    if any(t is None for t in times):
+        return None
+    return (ideal_window if mode == "window" else ideal_batches)(times, window)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--hosts", type=int, default=len(DEFAULT_DELAYS))
+    ap.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                    help="sglang_max_unavailable, and the batches' size after the canary")
+    ap.add_argument("--delays", default=",".join(str(d) for d in DEFAULT_DELAYS),
+                    help="seconds of startup per host, comma-separated, the canary's first (repeated if short)")
+    ap.add_argument("--forks", type=int, default=20)
+    ap.add_argument("--keep", action="store_true", help="leave the containers running")
+    ap.add_argument("--prefix", default="sglang-rollout", help="container names: PREFIX-1 .. PREFIX-N")
+    args = ap.parse_args(argv)
+    if args.hosts < 2 or args.window < 1:
+        ap.error("--hosts must be at least 2 (a canary and one more) and --window at least 1")
+    delays = host_delays(args.hosts, [float(d) for d in args.delays.split(",") if d.strip()])
+    health_timeout = max(60, math.ceil(max(delays)) + 30)
+
+    shutil.rmtree(OUT, ignore_errors=True)
+    inv = OUT / "inventory"
+    names: list[str] = []
+    py = str(ROOT / ".venv" / "bin" / "python")
+    try:
+        log(f"{args.hosts} converged hosts ({args.prefix}-1 .. {args.prefix}-{args.hosts})")
+        names = start_fleet(args.prefix, args.hosts)
+        write_inventory(inv, names, delays)
+        prepare(inv, args.forks)
+        runs: dict[str, dict] = {}
+        for k, (name, mode, loads) in enumerate(WAYS):
+            write_inventory(inv, names, delays if loads == "delays" else [FLAT_DELAY] * len(names))
+            log(f"rollout {k + 1}/{len(WAYS)}: {mode}, {'the delays' if loads == 'delays' else '1 s each'} "
+                f"(log: {CACHE / 'logs' / f'rollout-{name}.log'})")
+            runs[name] = rollout(inv, args.forks, name, mode, args.window, FLAGS[k % 2], health_timeout)
+            runs[name]["ideal_over_measured"] = measured_ideal(runs[name], names, mode, args.window)
+            log(f"{name}: {runs[name]['makespan']:.1f}s")
+        starts = healthy_starts(inv, ["--forks", str(args.forks)])
+    finally:
+        if names and not args.keep:
+            subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=False)
+
+    problems = [f"{name}: {host} {row['status']}{'' if row['restarted'] else ', not restarted'}"
+                f"{': ' + row['error'] if row['error'] else ''}"
+                for name, run in runs.items() for host, row in run["hosts"].items()
+                if row["status"] != "ok" or not row["restarted"]]
+    problems += [f"{host}: {n} healthy starts, not {1 + len(WAYS)}" for host, n in sorted(starts.items())
+                 if n != 1 + len(WAYS)]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
+    data = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
+            "hosts": args.hosts, "window": args.window, "forks": args.forks, "delays": delays,
+            "batches_strategy": os.environ.get("ANSIBLE_STRATEGY") or "ansible.cfg's (ansible.builtin.linear)",
+            "analysis": analysis({name: run["makespan"] for name, run in runs.items()}, delays, args.window),
+            "runs": runs, "starts": sorted(set(starts.values())), "problems": problems}
+    text = table(data)
+    print(text, end="")
+    (CACHE / "rollout.json").write_text(json.dumps(data, indent=1) + "\n")
+    (OUT / "rollout.md").write_text(text)
+    log(f"written to {CACHE / 'rollout.json'} and {OUT / 'rollout.md'}; per-run logs in {CACHE / 'logs'}/rollout-*.log")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""bench/rollout.py's ideal schedules (issue 43): the numbers its table compares the measured rollouts with."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import rollout  # noqa: E402
+
+DELAYS = list(rollout.DEFAULT_DELAYS)
+
+
+def test_the_default_loads_are_issue_43s() -> None:
+    """Canary 12, then the others in a fixed order: the sums below are taken over them."""
+    assert DELAYS == [12, 30, 6, 14, 26, 8, 22, 10, 28, 18, 20, 16]
+    assert sum(DELAYS[1:]) == 198
+    assert rollout.DEFAULT_WINDOW == 4
+
+
+def test_lower_bound_of_the_defaults() -> None:
+    """12 + max(30, 198 / 4) = 61.5 s."""
+    assert rollout.lower_bound(DELAYS, 4) == pytest.approx(61.5)
+
+
+def test_lower_bound_is_the_longest_host_when_the_window_is_wide() -> None:
+    assert rollout.lower_bound(DELAYS, 12) == pytest.approx(12 + 30)
+    assert rollout.lower_bound([5], 4) == 5
+
+
+def test_ideal_window_of_the_defaults() -> None:
+    """From 12 s: 30, 6, 14, 26 start; 8 at 18, 22 and 10 at 26, 28 at 36, 18 at 38, 20 at 42, 16 at 48:
+    the last ones end at 64 s."""
+    assert rollout.ideal_window(DELAYS, 4) == pytest.approx(64)
+
+
+def test_ideal_batches_of_the_defaults() -> None:
+    """12, then [30, 6, 14, 26] -> 30, [8, 22, 10, 28] -> 28, [18, 20, 16] -> 20: 90 s."""
+    assert rollout.ideal_batches(DELAYS, 4) == pytest.approx(90)
+
+
+def test_no_schedule_beats_the_bound() -> None:
+    for window in range(1, 13):
+        lb = rollout.lower_bound(DELAYS, window)
+        assert rollout.ideal_window(DELAYS, window) >= lb - 1e-9
+        assert rollout.ideal_batches(DELAYS, window) >= rollout.ideal_window(DELAYS, window) - 1e-9
+
+
+def test_one_at_a_time_is_the_sum() -> None:
+    assert rollout.ideal_window(DELAYS, 1) == rollout.ideal_batches(DELAYS, 1) == sum(DELAYS)
+
+
+def test_flat_loads() -> None:
+    """1 s each on 12 hosts, window 4: the canary, then 3 rounds."""
+    flat = [1.0] * 12
+    assert rollout.ideal_window(flat, 4) == rollout.ideal_batches(flat, 4) == 4
+
+
+def test_host_delays_repeat_the_list_in_order() -> None:
+    assert rollout.host_delays(3, [2, 3, 1]) == [2, 3, 1]
+    assert rollout.host_delays(5, [2, 3]) == [2, 3, 2, 3, 2]
+    assert rollout.host_delays(2, DELAYS) == [12, 30]
+
+
+def test_analysis_of_made_up_makespans() -> None:
+    """The excess is what the delays add to each mode's makespan, divided by the bound."""
+    makespans = {"window-delays": 100.0, "window-1s": 38.5, "batches-delays": 130.0, "batches-1s": 40.0}
+    a = rollout.analysis(makespans, DELAYS, 4)
+    assert a["lower_bound"] == pytest.approx(61.5)
+    assert a["window"]["excess"] == pytest.approx(61.5)
+    assert a["window"]["excess_over_lb"] == pytest.approx(1.0)
+    assert a["batches"]["excess"] == pytest.approx(90)
+    assert a["window"]["ideal"] == pytest.approx(64) and a["batches"]["ideal"] == pytest.approx(90)
+    assert a["window"]["ideal_excess"] == pytest.approx(60) and a["batches"]["ideal_excess"] == pytest.approx(86)
