@@ -20,13 +20,16 @@ batches pay each batch's slowest host. One run of this bench measures it:
     same delays and order: the greedy window (each host starts when one of the window's slots
     frees) and lockstep batches (each batch pays its max).
 
+Before them one rollout that is not measured (the window, 1 s each; --warmup 0 leaves it out) takes
+the fleet's first run after boot, so that no way pays the cold start alone.
+
 Printed as tables, written to .cache/bench/rollout.json; per-run logs in .cache/bench/logs/rollout-*.log.
 The containers are removed at the end (--keep leaves them). Timings are noisy on a shared machine:
 compare the ways within one run.
 
 Usage:
   scripts/bench --rollout [--hosts 12] [--window 4] [--delays 12,30,6,14,26,8,22,10,28,18,20,16]
-                          [--forks 20] [--prefix sglang-rollout] [--keep]
+                          [--forks 20] [--warmup 1] [--prefix sglang-rollout] [--keep]
 """
 from __future__ import annotations
 
@@ -53,7 +56,8 @@ FLAT_DELAY = 1.0
 SUITE = "bookworm"
 DELAY_VAR = "SGLANG_TEST_DOUBLE_STARTUP_DELAY"
 # The converged hosts serve the role's defaults (15/1/16); 7/1/8 is the pair the scenarios roll out
-# (molecule/slicing/tests/test_slicing.py, FLAGS_A). Rollout k sets FLAGS[k % 2]: each one restarts every host.
+# (molecule/slicing/tests/test_slicing.py, FLAGS_A). Rollout k (the warm-ups counted) sets FLAGS[k % 2]: each one
+# restarts every host.
 FLAGS = ({"sglang_speculative_num_steps": 7, "sglang_speculative_num_draft_tokens": 8},
          {"sglang_speculative_num_steps": 15, "sglang_speculative_num_draft_tokens": 16})
 # The four ways, in the order they run: (name, mode, loads).
@@ -133,7 +137,7 @@ def table(data: dict[str, Any]) -> str:
            f"window {w} (sglang_max_unavailable), forks {data['forks']}, one canary, "
            f"batches' strategy {data['batches_strategy']}",
            f"delays (s, host order, the canary first): {', '.join(f'{d:g}' for d in data['delays'])}", "",
-           "| rollout | loads | makespan | ideal schedule | makespan - ideal | greedy over the measured "
+           "| rollout | loads | makespan | ideal schedule | makespan - ideal | the ideal schedule over the measured "
            "out-of-rotation times | peak out of rotation |",
            "|---|---|---|---|---|---|---|"]
     for name, mode, loads in WAYS:
@@ -156,7 +160,8 @@ def table(data: dict[str, Any]) -> str:
             row("ideal / LB", "ideal_over_lb", ".2f"),
             row("ideal excess = ideal(delays) - ideal(1 s), s", "ideal_excess", ".1f"),
             row("excess / ideal excess", "excess_over_ideal_excess", ".2f")]
-    out += ["", f"healthy starts per host (1 at boot, then one per rollout): {data['starts']}"]
+    out += ["", f"healthy starts per host (1 at boot, then one per rollout, {len(data['warmups'])} warm-up(s) "
+                f"included): {data['starts']}"]
     out += [f"problem: {p}" for p in data["problems"]] or ["every rollout passed and restarted every host"]
     return "\n".join(out) + "\n"
 
@@ -268,11 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--delays", default=",".join(str(d) for d in DEFAULT_DELAYS),
                     help="seconds of startup per host, comma-separated, the canary's first (repeated if short)")
     ap.add_argument("--forks", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="rollouts before the measured ones (the window, 1 s each), not measured")
     ap.add_argument("--keep", action="store_true", help="leave the containers running")
     ap.add_argument("--prefix", default="sglang-rollout", help="container names: PREFIX-1 .. PREFIX-N")
     args = ap.parse_args(argv)
-    if args.hosts < 2 or args.window < 1:
-        ap.error("--hosts must be at least 2 (a canary and one more) and --window at least 1")
+    if args.hosts < 2 or args.window < 1 or args.warmup < 0:
+        ap.error("--hosts must be at least 2 (a canary and one more), --window at least 1, --warmup at least 0")
     delays = host_delays(args.hosts, [float(d) for d in args.delays.split(",") if d.strip()])
     health_timeout = max(60, math.ceil(max(delays)) + 30)
 
@@ -285,12 +292,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         names = start_fleet(args.prefix, args.hosts)
         write_inventory(inv, names, delays)
         prepare(inv, args.forks)
+        warmups: list[float] = []
+        for k in range(args.warmup):
+            write_inventory(inv, names, [FLAT_DELAY] * len(names))
+            log(f"warm-up {k + 1}/{args.warmup}: window, 1 s each (log: {CACHE / 'logs' / 'rollout-warmup.log'})")
+            warmups.append(rollout(inv, args.forks, "warmup", "window", args.window, FLAGS[k % 2],
+                                   health_timeout)["makespan"])
         runs: dict[str, dict] = {}
         for k, (name, mode, loads) in enumerate(WAYS):
             write_inventory(inv, names, delays if loads == "delays" else [FLAT_DELAY] * len(names))
             log(f"rollout {k + 1}/{len(WAYS)}: {mode}, {'the delays' if loads == 'delays' else '1 s each'} "
                 f"(log: {CACHE / 'logs' / f'rollout-{name}.log'})")
-            runs[name] = rollout(inv, args.forks, name, mode, args.window, FLAGS[k % 2], health_timeout)
+            runs[name] = rollout(inv, args.forks, name, mode, args.window, FLAGS[(args.warmup + k) % 2],
+                                 health_timeout)
             runs[name]["ideal_over_measured"] = measured_ideal(runs[name], names, mode, args.window)
             log(f"{name}: {runs[name]['makespan']:.1f}s")
         starts = healthy_starts(inv, ["--forks", str(args.forks)])
@@ -298,16 +312,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if names and not args.keep:
             subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=False)
 
+    # A rollout that restarted a host leaves it "changed" in the report.
     problems = [f"{name}: {host} {row['status']}{'' if row['restarted'] else ', not restarted'}"
                 f"{': ' + row['error'] if row['error'] else ''}"
                 for name, run in runs.items() for host, row in run["hosts"].items()
-                if row["status"] != "ok" or not row["restarted"]]
-    problems += [f"{host}: {n} healthy starts, not {1 + len(WAYS)}" for host, n in sorted(starts.items())
-                 if n != 1 + len(WAYS)]
+                if row["status"] != "changed" or not row["restarted"]]
+    want = 1 + args.warmup + len(WAYS)
+    problems += [f"{host}: {n} healthy starts, not {want}" for host, n in sorted(starts.items()) if n != want]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
     data = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
             "hosts": args.hosts, "window": args.window, "forks": args.forks, "delays": delays,
+            "warmups": warmups,
             "batches_strategy": os.environ.get("ANSIBLE_STRATEGY") or "ansible.cfg's (ansible.builtin.linear)",
             "analysis": analysis({name: run["makespan"] for name, run in runs.items()}, delays, args.window),
             "runs": runs, "starts": sorted(set(starts.values())), "problems": problems}
