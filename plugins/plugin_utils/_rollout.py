@@ -418,6 +418,11 @@ class Window:
         self.peak = max(self.peak, self.in_use())
         return True
 
+    def skip(self, host: str) -> None:
+        """``host`` passed where it would leave rotation without needing to (its take skipped: an undo,
+        which keeps the slot its run took, or a change that restarts nothing): a slot it holds stays."""
+        self.ahead.discard(host)
+
     def back(self, host: str) -> None:
         """``host`` is back in rotation and healthy (or never left it): its slot frees."""
         self.ahead.discard(host)

@@ -258,12 +258,16 @@ class StrategyModule(FreeStrategyModule):
             self._said_stop()
             return
         if kind == "take" and result.utr.skipped:
-            rule.back(name)
+            # An undo keeps the slot its run took until the transaction says the host is back.
+            rule.skip(name)
             return
         if kind != "signal" or result.utr.skipped or result.utr.failed:
             return
         signal = self._signal_of(result, name)
         signal = dict(signal) if isinstance(signal, dict) else {}
+        # The reason given first: a failed soak stops as such, not as the failure it also counts.
+        if signal.get("stop"):
+            self._stop(str(signal["stop"]))
         if signal.get("failed"):
             rule.fail(name)
             state.event(name, "failed")
@@ -279,8 +283,6 @@ class StrategyModule(FreeStrategyModule):
                 state.event(name, "back")
                 display.display("window: %s is back in rotation (%d of %d slot(s) in use)"
                                 % (name, rule.in_use(), rule.size))
-        if signal.get("stop"):
-            self._stop(str(signal["stop"]))
         if signal.get("sleep"):
             state.sleeping[name] = time.monotonic() + float(signal["sleep"])
         self._said_stop()

@@ -311,3 +311,17 @@ def test_hosts_not_serving_hold_slots_and_one_that_needs_work_keeps_its_own():
     refused = rollout_plan(HOSTS[:3], HOSTS[:10], max_unavailable=2, not_serving=[HOSTS[5], HOSTS[6]])
     assert refused["errors"][0].startswith("the window of 2 (sglang_max_unavailable"), refused["errors"]
     assert "%s, %s" % (HOSTS[5], HOSTS[6]) in refused["errors"][0]
+
+
+def test_a_skipped_take_keeps_a_slot_the_host_holds():
+    # An undo passes the transaction's take skipped: the slot its run took stays until it is back.
+    w = Window(1)
+    w.admit("a")
+    assert w.take("a")
+    w.skip("a")
+    assert w.holds("a") and w.free() == 0
+    w.admit("b")
+    w.skip("b")
+    assert w.ahead == set()
+    w.back("a")
+    assert w.free() == 1

@@ -60,9 +60,16 @@ PLAY = """
         - _sglang_window_stopped is defined
         - inventory_hostname not in putback
     - name: Out of rotation
-      ansible.builtin.shell: >-
-        echo "out {{ inventory_hostname }}" >> {{ log }}; sleep {{ delay }};
-        echo "back {{ inventory_hostname }}" >> {{ log }}
+      ansible.builtin.shell: echo "out {{ inventory_hostname }}" >> {{ log }}; sleep {{ delay }}
+      when: inventory_hostname not in no_slot
+      changed_when: false
+    # As an undo's transaction passes it: skipped, the slot the host holds kept.
+    - name: Take a slot again, skipped
+      ansible.builtin.set_fact: {took_again: true}
+      when: inventory_hostname in []
+      vars: {_sglang_window: take}
+    - name: Back in rotation
+      ansible.builtin.shell: sleep 0.3; echo "back {{ inventory_hostname }}" >> {{ log }}
       when: inventory_hostname not in no_slot
       changed_when: false
     - name: Tell the window
