@@ -328,6 +328,7 @@ class CallbackModule(CallbackBase):
         doc, rule = state.doc, state.rule
         return {"size": rule.size, "budget": doc.get("budget"), "forks": doc.get("forks"),
                 "lookahead": rule.lookahead, "canaries": list(doc.get("canaries") or []),
+                "not_serving": list(doc.get("kept_out") or []),
                 "max_failures": rule.max_failures, "peak_out_of_rotation": rule.peak, "in_use": rule.in_use(),
                 "failed": sorted(rule.failed), "stopped": rule.stopped, "estimate": self.window_estimate,
                 "stop_file": state.stop_file or None}

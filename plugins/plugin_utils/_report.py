@@ -180,8 +180,10 @@ def render_markdown(doc: Dict[str, Any]) -> str:
     lines.append("- by decision: %s" % (", ".join("%s %d" % (k, v) for k, v in counts["decision"].items()) or "none"))
     window = run.get("window")
     if window:
-        lines.append("- window: %s hosts out of rotation at most (budget %s, forks %s), peak %s; %s" % (
-            window["size"], window["budget"], window["forks"], window["peak_out_of_rotation"],
+        lines.append("- window: %s slot(s) out of rotation (budget %s, forks %s)%s; peak out of rotation %s; %s" % (
+            window["size"], window["budget"], window["forks"],
+            ", %d held from the start by hosts not serving" % len(window["not_serving"])
+            if window.get("not_serving") else "", window["peak_out_of_rotation"],
             "stopped: %s" % window["stopped"] if window["stopped"] else "not stopped"))
     for soak in run.get("soaks") or []:
         failed = sorted(h for h, v in soak["hosts"].items() if v != "passed")

@@ -488,3 +488,41 @@ def test_every_column_the_row_builder_makes_reaches_the_report(callback, tmp_pat
     # Every column both know, but those the callback derives itself (status, the live columns).
     shared = (set(built) & set(model.new_row("x"))) - {"host", "status", "live", "error", "failed_task"}
     assert {k: row[k] for k in shared} == {k: built[k] for k in shared}
+
+
+def test_the_window_is_reported_with_an_estimate_from_earlier_runs_times(callback, tmp_path, capsys):
+    from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import Window
+    # Two earlier runs: each host's newest time out of rotation counts (h1: 40 s, not 100 s).
+    for name, times in (("20261201T000000Z-remediate-1", {"h1": 100.0, "h2": 60.0}),
+                        ("20261202T000000Z-remediate-2", {"h1": 40.0, "h3": None})):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "fleet.json").write_text(json.dumps(
+            {"hosts": [{"host": h, "out_of_rotation_s": t} for h, t in times.items()]}))
+    assert callback.previous_times() == {"h1": 40.0, "h2": 60.0}
+    inv = Inventory(["h1", "h2", "h3", "h4"])
+    inv.batch = ["h1"]
+    callback.v2_playbook_on_play_start(play(inv))
+    rule = Window(2, canaries=["h1"], kept_out=["h4"])
+    state = SimpleNamespace(doc={"size": 2, "budget": 2, "forks": 20, "hosts": 4, "canaries": ["h1"],
+                                 "kept_out": ["h4"]}, rule=rule, stop_file="/x/STOP")
+    callback.window_started(state)
+    # 1 canary round, then 3 hosts 2 at a time: 3 rounds of the median 50 s.
+    assert callback.window_estimate == {"seconds": 150.0, "median_s": 50.0, "samples": 2, "rounds": 3}
+    rule.take("h1")
+    rule.fail("h1")
+    # A host the stopped window let through to its admission check: untouched, not reached, and why.
+    inv.batch = ["h2", "h3", "h4"]
+    callback.v2_playbook_on_play_start(play(inv))
+    admit = result("h2", {"msg": "h2: the rollout stopped before this host started (the canary h1 failed)"},
+                   "Start once the window has room, unless the rollout stopped")
+    admit.task.vars = {"_sglang_window": "admit"}
+    callback.v2_runner_on_failed(admit)
+    doc, md = read(tmp_path)
+    window = doc["run"]["window"]
+    assert window["stopped"] == "the canary h1 failed" and window["failed"] == ["h1"]
+    assert window["peak_out_of_rotation"] == 2 and window["not_serving"] == ["h4"]
+    assert window["estimate"]["seconds"] == 150.0
+    row = {r["host"]: r for r in doc["hosts"]}["h2"]
+    assert row["status"] == "not reached" and "stopped before this host started" in row["error"]
+    assert ("- window: 2 slot(s) out of rotation (budget 2, forks 20), 1 held from the start by hosts not serving; "
+            "peak out of rotation 2; stopped: the canary h1 failed") in md
