@@ -72,7 +72,8 @@ def new_row(host: str) -> Dict[str, Any]:
         "sha256_after": "", "evidence": [], "forward": "", "companion": "", "draft_layer_ids": [],
         "speculative_flags": {}, "drift": [], "server_args_warnings": [], "restart_needed": None, "restarted": False,
         "restart_reasons": [], "adopted": False, "rolled_back": False, "rollback": [], "health": "", "accept_length": None,
-        "tokens_per_s": None, "out_of_rotation_s": None, "restart_to_healthy_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
+        "tokens_per_s": None, "out_of_rotation_s": None, "left_rotation_at": None,
+        "back_in_rotation_at": None, "restart_to_healthy_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
         "live_notes": [], "left": [], "changes": [], "restarts": 0, "soak": "", "error": "", "failed_task": "",
         "stats": {},
     }

@@ -221,6 +221,10 @@ def remediation_row(
         # From the drain (or the stop or restart, without a drain hook) to the undrain (or healthy);
         # None when the host did not leave rotation or is still out.
         "out_of_rotation_s": seconds_between(out_at, back_at),
+        # The moments themselves (what the rollout's budget is held to at every moment: the fleet
+        # scenario's check_rollout.py); back none while the host is still out.
+        "left_rotation_at": str(out_at) if out_at else None,
+        "back_in_rotation_at": str(back_at) if out_at and back_at else None,
         # From the restarted server's start to its first healthy answer: a real host's model load.
         "restart_to_healthy_s": _number(gate.get("healthy_after")),
         "tokens_per_s": _number(live_metrics.get("tokens_per_s")),

@@ -10,11 +10,18 @@ Checked: every window of a host belongs to the batch the report gives it; the
 windows of batch N all end before any window of batch N+1 begins (batches never
 overlap, so hosts outside the restarting batch stay healthy); hosts the report
 calls not reached have no window. Also gives max_down, the most windows open at
-one moment (what sglang_max_unavailable bounds). Prints a JSON summary; exits 1
-with the reasons.
+one moment, and max_out, the most hosts out of rotation at one moment from the
+report's drain-to-undrain moments (what sglang_max_unavailable bounds). Prints a
+JSON summary; exits 1 with the reasons.
 """
+import datetime
 import json
 import sys
+
+
+def parse(stamp: str) -> float:
+    """Seconds since the epoch of an ISO 8601 timestamp."""
+    return datetime.datetime.fromisoformat(stamp).timestamp()
 
 
 def main() -> int:
@@ -53,8 +60,19 @@ def main() -> int:
     for _when, step in events:
         down += step
         max_down = max(max_down, down)
-    print(json.dumps({"windows": windows, "batch_spans": spans, "max_down": max_down, "problems": problems},
-                     indent=1))
+    # The most hosts out of rotation at once, from the report's drain-to-undrain moments (what
+    # sglang_max_unavailable bounds, the drain hook's time included): a host still out at the end
+    # counts until the run's last update.
+    end = report["run"].get("updated")
+    spans_out = [(parse(r["left_rotation_at"]), parse(r.get("back_in_rotation_at") or end))
+                 for r in report["hosts"] if r.get("left_rotation_at")]
+    out = max_out = 0
+    for _when, step in sorted([(a, 1) for a, _ in spans_out] + [(b, -1) for _, b in spans_out],
+                              key=lambda e: (e[0], e[1])):
+        out += step
+        max_out = max(max_out, out)
+    print(json.dumps({"windows": windows, "batch_spans": spans, "max_down": max_down, "max_out": max_out,
+                      "problems": problems}, indent=1))
     return 1 if problems else 0
 
 

@@ -190,6 +190,9 @@ def test_time_out_of_rotation_and_restart_to_healthy():
     row = build(out_at="2026-12-05T10:00:00.000000+00:00", back_at="2026-12-05T10:07:30.250000+00:00",
                 gate=dict(GATE, healthy_after=412.34), restarted=True)
     assert row["out_of_rotation_s"] == 450.2 and row["restart_to_healthy_s"] == 412.34
+    assert (row["left_rotation_at"], row["back_in_rotation_at"]) == (
+        "2026-12-05T10:00:00.000000+00:00", "2026-12-05T10:07:30.250000+00:00")
     still_out = build(out_at="2026-12-05T10:00:00+00:00", back_at=None, gate=dict(GATE, ready=False, status=503))
     assert still_out["out_of_rotation_s"] is None and still_out["restart_to_healthy_s"] is None
+    assert still_out["left_rotation_at"] == "2026-12-05T10:00:00+00:00" and still_out["back_in_rotation_at"] is None
     assert build()["out_of_rotation_s"] is None
