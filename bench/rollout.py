@@ -23,13 +23,22 @@ batches pay each batch's slowest host. One run of this bench measures it:
 Before them one rollout that is not measured (the window, 1 s each; --warmup 0 leaves it out) takes
 the fleet's first run after boot, so that no way pays the cold start alone.
 
+Then, unless --soak 0, the soak's cost (issue 43's "the soak's added wall time at 2x the changed hosts
+<= 1.2x that at 1x"): three more rollouts under the window, 1 s each, (e) the first half of the hosts
+(--limit; the canary is the first host) without a soak, (f) the same half with sglang_soak_seconds =
+--soak, (g) every host with it. Each host soaks after its own gate (tasks/soak_host.yml), holding no
+slot; its row says "after its gate: passed". The soak's added wall time is makespan(f) - makespan(e)
+at N/2 hosts and makespan(g) - makespan(c) at N; their ratio is the target. Every rollout gives its
+hosts the flags they do not run (tracked per host: a host outside a limit keeps its own), so that
+each restarts every host it covers and no other: the healthy starts per host say so at the end.
+
 Printed as tables, written to .cache/bench/rollout.json; per-run logs in .cache/bench/logs/rollout-*.log.
 The containers are removed at the end (--keep leaves them). Timings are noisy on a shared machine:
 compare the ways within one run.
 
 Usage:
   scripts/bench --rollout [--hosts 12] [--window 4] [--delays 12,30,6,14,26,8,22,10,28,18,20,16]
-                          [--forks 20] [--warmup 1] [--prefix sglang-rollout] [--keep]
+                          [--forks 20] [--warmup 1] [--soak 3] [--prefix sglang-rollout] [--keep]
 """
 from __future__ import annotations
 
@@ -57,12 +66,22 @@ SUITE = "bookworm"
 DELAY_VAR = "SGLANG_TEST_DOUBLE_STARTUP_DELAY"
 # The converged hosts serve the role's defaults (15/1/16); 7/1/8 is the pair the scenarios roll out
 # (molecule/slicing/tests/test_slicing.py, FLAGS_A). Rollout k (the warm-ups counted) sets FLAGS[k % 2]: each one
-# restarts every host.
+# restarts every host. A rollout over some hosts only (the soak's) leaves the others on theirs: next_flags
+# picks, per rollout, the pair its hosts do not run.
 FLAGS = ({"sglang_speculative_num_steps": 7, "sglang_speculative_num_draft_tokens": 8},
          {"sglang_speculative_num_steps": 15, "sglang_speculative_num_draft_tokens": 16})
 # The four ways, in the order they run: (name, mode, loads).
 WAYS = (("window-delays", "window", "delays"), ("batches-delays", "batches", "delays"),
         ("window-1s", "window", "1s"), ("batches-1s", "batches", "1s"))
+# The soak's three ways, after WAYS, all under the window with 1-s loads: (name, hosts, soak). "half" is the
+# first half of the inventory (the canary in it), "all" every host; the N-host run without a soak is
+# WAYS' window-1s.
+SOAK_WAYS = (("window-1s-half", "half", False), ("window-1s-half-soak", "half", True),
+             ("window-1s-soak", "all", True))
+DEFAULT_SOAK = 3
+# Issue 43's target: the soak's added wall time at 2x the changed hosts <= 1.2x that at 1x.
+SOAK_TARGET = 1.2
+SOAK_PASSED = "after its gate: passed"
 OUT = CACHE / "rollout"
 DEMO_VARS = ROOT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 
@@ -130,6 +149,44 @@ def analysis(makespans: dict[str, float], delays: Sequence[float], window: int) 
     return out
 
 
+def next_flags(current: dict[str, int], hosts: Sequence[str]) -> int:
+    """The index in FLAGS of the pair that every one of HOSTS does not run (CURRENT: host -> the index of
+    the pair it runs), so that a rollout over them restarts each; CURRENT is updated. ValueError when they
+    run different pairs (one extra-vars pair could not restart them all)."""
+    held = {current[h] for h in hosts}
+    if len(held) != 1:
+        raise ValueError(f"the hosts run different flags: {sorted(held)}")
+    new = (held.pop() + 1) % len(FLAGS)
+    for h in hosts:
+        current[h] = new
+    return new
+
+
+def soak_cost(makespans: dict[str, float], half: int, hosts: int, seconds: int) -> dict[str, Any]:
+    """The soak's added wall time at HALF hosts (makespan with the soak - without) and at HOSTS, and their
+    ratio against issue 43's target (None when the half's added time is not positive)."""
+    at_half = makespans["window-1s-half-soak"] - makespans["window-1s-half"]
+    at_all = makespans["window-1s-soak"] - makespans["window-1s"]
+    ratio = at_all / at_half if at_half > 0 else None
+    return {"seconds": seconds, "hosts_half": half, "hosts_all": hosts,
+            "makespan_half": makespans["window-1s-half"], "makespan_half_soak": makespans["window-1s-half-soak"],
+            "makespan_all": makespans["window-1s"], "makespan_all_soak": makespans["window-1s-soak"],
+            "added_half": at_half, "added_all": at_all, "ratio": ratio, "target": SOAK_TARGET,
+            "meets_target": ratio is not None and ratio <= SOAK_TARGET}
+
+
+def soak_table(s: dict[str, Any]) -> list[str]:
+    """The soak's lines of the table."""
+    ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f}"
+    return ["", f"soak of {s['seconds']} s per host, after its own gate (window, 1 s each):", "",
+            "| changed hosts | makespan without soak | makespan with soak | soak's added wall time |",
+            "|---|---|---|---|",
+            f"| {s['hosts_half']} | {s['makespan_half']:.1f}s | {s['makespan_half_soak']:.1f}s | {s['added_half']:.1f}s |",
+            f"| {s['hosts_all']} | {s['makespan_all']:.1f}s | {s['makespan_all_soak']:.1f}s | {s['added_all']:.1f}s |",
+            "", f"added({s['hosts_all']}) / added({s['hosts_half']}) = {ratio} (target <= {s['target']:g}: "
+            f"{'met' if s['meets_target'] else 'not met'})"]
+
+
 def table(data: dict[str, Any]) -> str:
     """The markdown the bench prints (and keeps in .cache/bench/rollout/rollout.md)."""
     a, w = data["analysis"], data["window"]
@@ -160,9 +217,13 @@ def table(data: dict[str, Any]) -> str:
             row("ideal / LB", "ideal_over_lb", ".2f"),
             row("ideal excess = ideal(delays) - ideal(1 s), s", "ideal_excess", ".1f"),
             row("excess / ideal excess", "excess_over_ideal_excess", ".2f")]
-    out += ["", f"healthy starts per host (1 at boot, then one per rollout, {len(data['warmups'])} warm-up(s) "
-                f"included): {data['starts']}"]
-    out += [f"problem: {p}" for p in data["problems"]] or ["every rollout passed and restarted every host"]
+    if data.get("soak"):
+        out += soak_table(data["soak"])
+    out += ["", f"healthy starts per host (1 at boot, then one per rollout that covered it, {len(data['warmups'])} "
+                f"warm-up(s) included): {data['starts']}"]
+    passed = "every rollout passed and restarted every host it covered" + (
+        ", every soak passed" if data.get("soak") else "")
+    out += [f"problem: {p}" for p in data["problems"]] or [passed]
     return "\n".join(out) + "\n"
 
 
@@ -233,16 +294,20 @@ def prepare(inv: Path, forks: int) -> None:
     finish(cmd, res, None, True, "rollout-prepare")
 
 
-def rollout(inv: Path, forks: int, name: str, mode: str, window: int, flags: dict, health_timeout: int) -> dict:
-    """One measured remediate.yml: its makespan, the sglang_bench counts, and the report's per-host times."""
+def rollout(inv: Path, forks: int, name: str, mode: str, window: int, flags: dict, health_timeout: int,
+            limit: Sequence[str] | None = None, soak: int = 0) -> dict:
+    """One measured remediate.yml (over LIMIT only if given, each host soaking SOAK s if > 0): its makespan,
+    the sglang_bench counts, and the report's per-host times."""
     report_dir = OUT / "reports" / name
     shutil.rmtree(report_dir, ignore_errors=True)
     counts = CACHE / f"rollout-{name}.json"
     extra: dict[str, Any] = dict(flags, sglang_max_unavailable=window, sglang_health_timeout=health_timeout)
     if mode == "batches":
         extra["sglang_serial"] = [1, window]
+    if soak > 0:
+        extra["sglang_soak_seconds"] = soak
     cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inv), "--forks", str(forks),
-           "-e", json.dumps(extra), "remediate.yml"]
+           *(["--limit", ",".join(limit)] if limit else []), "-e", json.dumps(extra), "remediate.yml"]
     env = ansible_env(forks, report_dir, counts)
     start = time.monotonic()
     res = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -250,7 +315,7 @@ def rollout(inv: Path, forks: int, name: str, mode: str, window: int, flags: dic
     c = finish(cmd, res, counts, True, f"rollout-{name}")
     report = json.loads((report_dir / "latest" / "fleet.json").read_text())
     hosts = {r["host"]: {k: r.get(k) for k in ("status", "batch", "restarted", "out_of_rotation_s",
-                                               "restart_to_healthy_s", "error")} for r in report["hosts"]}
+                                               "restart_to_healthy_s", "soak", "error")} for r in report["hosts"]}
     window_doc = (report.get("run") or {}).get("window") or {}
     return {"makespan": makespan, "extra_vars": extra, "hosts": hosts, "counts": summarize(c),
             "peak_out_of_rotation": window_doc.get("peak_out_of_rotation"), "report": str(report_dir / "latest")}
@@ -275,50 +340,88 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--forks", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=1,
                     help="rollouts before the measured ones (the window, 1 s each), not measured")
+    ap.add_argument("--soak", type=int, default=DEFAULT_SOAK,
+                    help="seconds of soak per host in the soak's rollouts (after the four ways); 0 leaves them out")
     ap.add_argument("--keep", action="store_true", help="leave the containers running")
     ap.add_argument("--prefix", default="sglang-rollout", help="container names: PREFIX-1 .. PREFIX-N")
     args = ap.parse_args(argv)
-    if args.hosts < 2 or args.window < 1 or args.warmup < 0:
-        ap.error("--hosts must be at least 2 (a canary and one more), --window at least 1, --warmup at least 0")
+    if args.hosts < 2 or args.window < 1 or args.warmup < 0 or args.soak < 0:
+        ap.error("--hosts must be at least 2 (a canary and one more), --window at least 1, --warmup and --soak "
+                 "at least 0")
     delays = host_delays(args.hosts, [float(d) for d in args.delays.split(",") if d.strip()])
     health_timeout = max(60, math.ceil(max(delays)) + 30)
 
     shutil.rmtree(OUT, ignore_errors=True)
     inv = OUT / "inventory"
     names: list[str] = []
+    runs: dict[str, dict] = {}
     py = str(ROOT / ".venv" / "bin" / "python")
     try:
         log(f"{args.hosts} converged hosts ({args.prefix}-1 .. {args.prefix}-{args.hosts})")
         names = start_fleet(args.prefix, args.hosts)
         write_inventory(inv, names, delays)
         prepare(inv, args.forks)
+        # The pair each host runs (the converged image serves the role's defaults, FLAGS[1]), and the
+        # healthy starts each should have at the end (one at boot, then one per rollout that covers it).
+        flags_of = {n: 1 for n in names}
+        want = {n: 1 for n in names}
+
+        def flip(hosts: Sequence[str]) -> dict:
+            for h in hosts:
+                want[h] += 1
+            return FLAGS[next_flags(flags_of, hosts)]
+
         warmups: list[float] = []
         for k in range(args.warmup):
             write_inventory(inv, names, [FLAT_DELAY] * len(names))
             log(f"warm-up {k + 1}/{args.warmup}: window, 1 s each (log: {CACHE / 'logs' / 'rollout-warmup.log'})")
-            warmups.append(rollout(inv, args.forks, "warmup", "window", args.window, FLAGS[k % 2],
+            warmups.append(rollout(inv, args.forks, "warmup", "window", args.window, flip(names),
                                    health_timeout)["makespan"])
-        runs: dict[str, dict] = {}
+        ways = len(WAYS) + (len(SOAK_WAYS) if args.soak else 0)
         for k, (name, mode, loads) in enumerate(WAYS):
             write_inventory(inv, names, delays if loads == "delays" else [FLAT_DELAY] * len(names))
-            log(f"rollout {k + 1}/{len(WAYS)}: {mode}, {'the delays' if loads == 'delays' else '1 s each'} "
+            log(f"rollout {k + 1}/{ways}: {mode}, {'the delays' if loads == 'delays' else '1 s each'} "
                 f"(log: {CACHE / 'logs' / f'rollout-{name}.log'})")
-            runs[name] = rollout(inv, args.forks, name, mode, args.window, FLAGS[(args.warmup + k) % 2],
-                                 health_timeout)
+            runs[name] = rollout(inv, args.forks, name, mode, args.window, flip(names), health_timeout)
+            runs[name]["covers"] = list(names)
             runs[name]["ideal_over_measured"] = measured_ideal(runs[name], names, mode, args.window)
             log(f"{name}: {runs[name]['makespan']:.1f}s")
+        half = names[:len(names) // 2]
+        if args.soak:
+            write_inventory(inv, names, [FLAT_DELAY] * len(names))
+            for k, (name, which, soaked) in enumerate(SOAK_WAYS, start=len(WAYS)):
+                covers = half if which == "half" else names
+                seconds = args.soak if soaked else 0
+                log(f"rollout {k + 1}/{ways}: window, 1 s each, {len(covers)} hosts, "
+                    f"{f'a soak of {seconds} s' if seconds else 'no soak'} (log: {CACHE / 'logs' / f'rollout-{name}.log'})")
+                runs[name] = rollout(inv, args.forks, name, "window", args.window, flip(covers), health_timeout,
+                                     limit=covers if which == "half" else None, soak=seconds)
+                runs[name]["covers"] = list(covers)
+                runs[name]["soak_seconds"] = seconds
+                log(f"{name}: {runs[name]['makespan']:.1f}s")
         starts = healthy_starts(inv, ["--forks", str(args.forks)])
     finally:
         if names and not args.keep:
             subprocess.run([py, "testbed/testbed.py", "fleet-down", "--prefix", args.prefix], cwd=ROOT, check=False)
 
-    # A rollout that restarted a host leaves it "changed" in the report.
-    problems = [f"{name}: {host} {row['status']}{'' if row['restarted'] else ', not restarted'}"
-                f"{': ' + row['error'] if row['error'] else ''}"
-                for name, run in runs.items() for host, row in run["hosts"].items()
-                if row["status"] != "changed" or not row["restarted"]]
-    want = 1 + args.warmup + len(WAYS)
-    problems += [f"{host}: {n} healthy starts, not {want}" for host, n in sorted(starts.items()) if n != want]
+    # A rollout that restarted a host leaves it "changed" in the report; one whose limit left a host out
+    # leaves it "not reached" (or without a row), never restarted.
+    problems = []
+    for name, run in runs.items():
+        for host in run["covers"]:
+            row = run["hosts"].get(host)
+            if row is None:
+                problems.append(f"{name}: {host} has no row in the report")
+            elif row["status"] != "changed" or not row["restarted"]:
+                problems.append(f"{name}: {host} {row['status']}{'' if row['restarted'] else ', not restarted'}"
+                                f"{': ' + row['error'] if row['error'] else ''}")
+            elif run.get("soak_seconds") and row.get("soak") != SOAK_PASSED:
+                problems.append(f"{name}: {host}'s soak is {row.get('soak')!r}, not {SOAK_PASSED!r}")
+        problems += [f"{name}: {host}, outside the limit, {row['status']}" + (", restarted" if row["restarted"] else "")
+                     for host, row in run["hosts"].items()
+                     if host not in run["covers"] and (row["restarted"] or row["status"] not in ("not reached",))]
+    problems += [f"{host}: {n} healthy starts, not {want[host]}" for host, n in sorted(starts.items())
+                 if n != want[host]]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True).stdout.strip() or "unknown"
     data = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, "cores": os.cpu_count(),
@@ -326,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmups": warmups,
             "batches_strategy": os.environ.get("ANSIBLE_STRATEGY") or "ansible.cfg's (ansible.builtin.linear)",
             "analysis": analysis({name: run["makespan"] for name, run in runs.items()}, delays, args.window),
+            "soak": soak_cost({name: run["makespan"] for name, run in runs.items()}, len(half), len(names),
+                              args.soak) if args.soak else None,
             "runs": runs, "starts": sorted(set(starts.values())), "problems": problems}
     text = table(data)
     print(text, end="")

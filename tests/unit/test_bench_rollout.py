@@ -74,3 +74,53 @@ def test_analysis_of_made_up_makespans() -> None:
     assert a["batches"]["excess"] == pytest.approx(90)
     assert a["window"]["ideal"] == pytest.approx(64) and a["batches"]["ideal"] == pytest.approx(90)
     assert a["window"]["ideal_excess"] == pytest.approx(60) and a["batches"]["ideal_excess"] == pytest.approx(86)
+
+
+def test_next_flags_flips_the_pair_the_hosts_run() -> None:
+    """The converged hosts run FLAGS[1]; each rollout gives its hosts the other pair, and a host outside
+    it keeps its own."""
+    current = {"h1": 1, "h2": 1, "h3": 1, "h4": 1}
+    assert rollout.next_flags(current, ["h1", "h2", "h3", "h4"]) == 0
+    assert rollout.next_flags(current, ["h1", "h2"]) == 1
+    assert current == {"h1": 1, "h2": 1, "h3": 0, "h4": 0}
+    with pytest.raises(ValueError):
+        rollout.next_flags(current, ["h1", "h2", "h3", "h4"])
+    # The soak's order (half, half, all) after the four ways leaves the whole fleet on one pair.
+    current = {h: 0 for h in current}
+    assert rollout.next_flags(current, ["h1", "h2"]) == 1
+    assert rollout.next_flags(current, ["h1", "h2"]) == 0
+    assert rollout.next_flags(current, list(current)) == 1
+    assert set(current.values()) == {1}
+
+
+def test_soak_cost_of_made_up_makespans() -> None:
+    """The soak's added wall time: with the soak minus without, at N/2 hosts and at N, and their ratio."""
+    makespans = {"window-1s": 40.0, "window-1s-half": 25.0, "window-1s-half-soak": 33.0, "window-1s-soak": 49.0}
+    s = rollout.soak_cost(makespans, 6, 12, 3)
+    assert s["added_half"] == pytest.approx(8) and s["added_all"] == pytest.approx(9)
+    assert s["ratio"] == pytest.approx(1.125) and s["meets_target"]
+    assert s["target"] == rollout.SOAK_TARGET == 1.2
+    assert (s["hosts_half"], s["hosts_all"], s["seconds"]) == (6, 12, 3)
+    s = rollout.soak_cost(dict(makespans, **{"window-1s-soak": 52.0}), 6, 12, 3)
+    assert s["ratio"] == pytest.approx(1.5) and not s["meets_target"]
+
+
+def test_soak_cost_without_an_added_time_at_half_has_no_ratio() -> None:
+    makespans = {"window-1s": 40.0, "window-1s-half": 25.0, "window-1s-half-soak": 24.0, "window-1s-soak": 49.0}
+    s = rollout.soak_cost(makespans, 6, 12, 3)
+    assert s["ratio"] is None and not s["meets_target"]
+
+
+def test_the_table_prints_the_soak() -> None:
+    """The soak's rows and ratio come after the ways' tables, and only when the soak was measured."""
+    makespans = {"window-delays": 100.0, "window-1s": 40.0, "batches-delays": 130.0, "batches-1s": 41.0,
+                 "window-1s-half": 25.0, "window-1s-half-soak": 33.0, "window-1s-soak": 49.0}
+    data = {"date": "d", "commit": "c", "cores": 2, "hosts": 12, "window": 4, "forks": 20, "batches_strategy": "s",
+            "delays": DELAYS, "warmups": [1.0], "analysis": rollout.analysis(makespans, DELAYS, 4),
+            "runs": {name: {"makespan": makespans[name]} for name, _, _ in rollout.WAYS},
+            "soak": rollout.soak_cost(makespans, 6, 12, 3), "starts": [7, 10], "problems": []}
+    text = rollout.table(data)
+    assert "| 6 | 25.0s | 33.0s | 8.0s |" in text and "| 12 | 40.0s | 49.0s | 9.0s |" in text
+    assert "added(12) / added(6) = 1.12 (target <= 1.2: met)" in text
+    assert "every soak passed" in text
+    assert "soak of" not in rollout.table(dict(data, soak=None))
