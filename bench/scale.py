@@ -82,15 +82,29 @@ def plot(src: Path, out: Path) -> bool:
     return subprocess.run([str(venv / "bin" / "python"), str(ROOT / "bench" / "plot.py"), str(src), str(out)]).returncode == 0
 
 
+def starts_from_json(doc: dict) -> dict[str, int]:
+    """Per host, the line count the ad-hoc `wc -l` printed, from ansible.posix.json's output. That callback
+    keeps one task entry per host when the play's strategy is not literally "linear" or "debug" (the
+    ANSIBLE_STRATEGY scripts/bench exports, or ansible.builtin.linear spelt in full), so every task entry
+    of every play is read, not the first one alone."""
+    out: dict[str, int] = {}
+    for play in doc.get("plays") or []:
+        for task in play.get("tasks") or []:
+            for host, res in (task.get("hosts") or {}).items():
+                if "stdout" not in res:
+                    raise RuntimeError(f"{host}: no start count ({res.get('msg') or res})")
+                out[host] = int(res["stdout"].split()[0])
+    return out
+
+
 def healthy_starts(inv: Path, forks: list[str]) -> dict[str, int]:
     """Per host, the test double's healthy starts so far (one line each in its start log)."""
     env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_CALLBACKS_ENABLED="ansible.posix.json")
-    res = json.loads(subprocess.run(
+    return starts_from_json(json.loads(subprocess.run(
         [str(ROOT / ".venv" / "bin" / "ansible"), "-i", str(inv), *forks, "sglang", "-m", "ansible.builtin.command",
          "-a", "wc -l /var/lib/sglang/starts.log"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
-        check=True).stdout)
-    return {h: int(r["stdout"].split()[0]) for h, r in res["plays"][0]["tasks"][0]["hosts"].items()}
+        check=True).stdout))
 
 
 def measured(meter: Meter, cmd: list[str], hosts: list[str], name: str, counts: Path | None = None) -> dict:

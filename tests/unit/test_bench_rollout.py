@@ -124,3 +124,14 @@ def test_the_table_prints_the_soak() -> None:
     assert "added(12) / added(6) = 1.12 (target <= 1.2: met)" in text
     assert "every soak passed" in text
     assert "soak of" not in rollout.table(dict(data, soak=None))
+
+
+def test_starts_are_read_from_every_task_entry() -> None:
+    """ansible.posix.json splits an ad-hoc task into one entry per host when the strategy is spelt in full
+    (scripts/bench exports one): the counts of every entry are read."""
+    doc = {"plays": [{"tasks": [{"hosts": {"h1": {"stdout": "8 /var/lib/sglang/starts.log"}}},
+                                {"hosts": {"h2": {"stdout": "6 /var/lib/sglang/starts.log"}}}]}]}
+    assert rollout.starts_from_json(doc) == {"h1": 8, "h2": 6}
+    doc["plays"][0]["tasks"][1]["hosts"]["h2"] = {"msg": "unreachable"}
+    with pytest.raises(RuntimeError):
+        rollout.starts_from_json(doc)
