@@ -43,6 +43,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import datetime
 import heapq
 import json
 import math
@@ -187,6 +188,47 @@ def soak_table(s: dict[str, Any]) -> list[str]:
             f"{'met' if s['meets_target'] else 'not met'})"]
 
 
+def _at(stamp: Any) -> float | None:
+    try:
+        return datetime.datetime.fromisoformat(str(stamp)).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def phases(run: dict, delays: dict[str, float], canary: str) -> dict[str, float | None]:
+    """Where one rollout's makespan goes, from its report's moments (seconds): ``before_canary``, from the
+    run's start to the canary leaving rotation (the probe pass, the plan, the canary's preparation);
+    ``canary_out``, the canary out of rotation; ``canary_to_rest``, from the canary back to the next host
+    leaving (the canary batch's end, the rest's preparation that the lookahead did not hide); ``rest``,
+    from there to the last host back; ``after``, from the last host back to the run's end (the play's
+    end, the report). ``out_over_load``: per host, the mean time out of rotation beyond its model load
+    (drain, stop, switch, start, the gate's polling, undrain)."""
+    hosts = run["hosts"]
+    left = {h: _at(r.get("left_rotation_at")) for h, r in hosts.items()}
+    back = {h: _at(r.get("back_in_rotation_at")) for h, r in hosts.items()}
+    start, end = _at(run.get("started")), _at(run.get("updated"))
+    others = [h for h in hosts if h != canary and left.get(h) is not None]
+    first_rest = min((left[h] for h in others), default=None)
+    last_back = max((b for b in back.values() if b is not None), default=None)
+
+    def span(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else round(b - a, 1)
+
+    over = [hosts[h]["out_of_rotation_s"] - delays[h] for h in hosts
+            if hosts[h].get("out_of_rotation_s") is not None and h in delays]
+    return {"before_canary": span(start, left.get(canary)), "canary_out": span(left.get(canary), back.get(canary)),
+            "canary_to_rest": span(back.get(canary), first_rest), "rest": span(first_rest, last_back),
+            "after": span(last_back, end), "out_over_load": round(sum(over) / len(over), 1) if over else None}
+
+
+PHASES = (("before_canary", "start -> canary out (probe pass, plan, canary's preparation)"),
+          ("canary_out", "canary out of rotation"),
+          ("canary_to_rest", "canary back -> next host out"),
+          ("rest", "next host out -> last host back"),
+          ("after", "last host back -> end"),
+          ("out_over_load", "per host, out of rotation beyond its load (mean)"))
+
+
 def table(data: dict[str, Any]) -> str:
     """The markdown the bench prints (and keeps in .cache/bench/rollout/rollout.md)."""
     a, w = data["analysis"], data["window"]
@@ -217,6 +259,12 @@ def table(data: dict[str, Any]) -> str:
             row("ideal / LB", "ideal_over_lb", ".2f"),
             row("ideal excess = ideal(delays) - ideal(1 s), s", "ideal_excess", ".1f"),
             row("excess / ideal excess", "excess_over_ideal_excess", ".2f")]
+    out += ["", "where the makespan goes, s (from each report's moments):", "",
+            "| | " + " | ".join(f"{m}, {'delays' if lo == 'delays' else '1 s'}" for _, m, lo in WAYS) + " |",
+            "|---|" + "---|" * len(WAYS)]
+    for key, label in PHASES:
+        cells = [data["runs"][name].get("phases", {}).get(key) for name, _, _ in WAYS]
+        out.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.1f}" for c in cells) + " |")
     if data.get("soak"):
         out += soak_table(data["soak"])
     out += ["", f"healthy starts per host (1 at boot, then one per rollout that covered it, {len(data['warmups'])} "
@@ -315,9 +363,11 @@ def rollout(inv: Path, forks: int, name: str, mode: str, window: int, flags: dic
     c = finish(cmd, res, counts, True, f"rollout-{name}")
     report = json.loads((report_dir / "latest" / "fleet.json").read_text())
     hosts = {r["host"]: {k: r.get(k) for k in ("status", "batch", "restarted", "out_of_rotation_s",
+                                               "left_rotation_at", "back_in_rotation_at",
                                                "restart_to_healthy_s", "soak", "error")} for r in report["hosts"]}
     window_doc = (report.get("run") or {}).get("window") or {}
     return {"makespan": makespan, "extra_vars": extra, "hosts": hosts, "counts": summarize(c),
+            "started": (report.get("run") or {}).get("started"), "updated": (report.get("run") or {}).get("updated"),
             "peak_out_of_rotation": window_doc.get("peak_out_of_rotation"), "report": str(report_dir / "latest")}
 
 
@@ -385,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs[name] = rollout(inv, args.forks, name, mode, args.window, flip(names), health_timeout)
             runs[name]["covers"] = list(names)
             runs[name]["ideal_over_measured"] = measured_ideal(runs[name], names, mode, args.window)
+            loads_of = dict(zip(names, delays if loads == "delays" else [FLAT_DELAY] * len(names)))
+            runs[name]["phases"] = phases(runs[name], loads_of, names[0])
             log(f"{name}: {runs[name]['makespan']:.1f}s")
         half = names[:len(names) // 2]
         if args.soak:

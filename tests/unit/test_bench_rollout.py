@@ -135,3 +135,16 @@ def test_starts_are_read_from_every_task_entry() -> None:
     doc["plays"][0]["tasks"][1]["hosts"]["h2"] = {"msg": "unreachable"}
     with pytest.raises(RuntimeError):
         rollout.starts_from_json(doc)
+
+
+def test_phases_say_where_the_makespan_goes():
+    run = {"started": "2026-12-06T00:00:00+00:00", "updated": "2026-12-06T00:01:40+00:00", "hosts": {
+        "c": {"left_rotation_at": "2026-12-06T00:00:20+00:00", "back_in_rotation_at": "2026-12-06T00:00:35+00:00",
+              "out_of_rotation_s": 15.0},
+        "a": {"left_rotation_at": "2026-12-06T00:00:40+00:00", "back_in_rotation_at": "2026-12-06T00:01:10+00:00",
+              "out_of_rotation_s": 30.0},
+        "b": {"left_rotation_at": "2026-12-06T00:00:45+00:00", "back_in_rotation_at": "2026-12-06T00:01:30+00:00",
+              "out_of_rotation_s": 45.0}}}
+    got = rollout.phases(run, {"c": 12, "a": 25, "b": 40}, "c")
+    assert got == {"before_canary": 20.0, "canary_out": 15.0, "canary_to_rest": 5.0, "rest": 50.0, "after": 10.0,
+                   "out_over_load": 4.3}
