@@ -303,6 +303,11 @@ class CallbackModule(CallbackBase):
                     times[str(row.get("host"))] = (name, float(value))
         return {host: value for host, (_, value) in times.items()}
 
+    def stop_file(self) -> str:
+        """The rollout's default stop file (sglang_rollout_stop_file unset): STOP in the report directory,
+        wherever the reports go (reports/, SGLANG_REPORT_DIR, a job's artifacts)."""
+        return os.path.join(self.base_dir, "STOP") if self.base_dir else ""
+
     def window_started(self, state: Any) -> None:
         """The strategy's window, once per play: the estimate from earlier runs, said and reported."""
         self.window_state = state

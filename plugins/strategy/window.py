@@ -35,6 +35,8 @@ description:
     room. When a host is back in rotation and healthy, the next one leaves.
   - The window is the play variable C(sglang_rollout_window), the C(window) of the
     P(fleetops.sglang.rollout_plan#filter) filter, with C(stop_file) added. C(playbooks/remediate.yml) sets it.
+  - Without a C(stop_file), the stop file is C(STOP) in the report directory of the
+    P(fleetops.sglang.sglang_report#callback) callback, where it is enabled; else there is none.
   - The rollout stops handing out work when more than C(max_failures) hosts failed, when a canary failed, when a
     soak failed, or when the stop file exists. Hosts already out of rotation finish, or are put back.
   - It reads private attributes of ansible-core's strategy (the blocked-hosts table, the callback plugins) and
@@ -147,6 +149,12 @@ class StrategyModule(FreeStrategyModule):
 
     def _announce(self):
         doc = self._window.doc
+        plugins = list(getattr(self._tqm, "_callback_plugins", []))
+        if not self._window.stop_file:
+            # sglang_rollout_stop_file unset: STOP in the report directory (the report callback's).
+            found = [p.stop_file() for p in plugins if callable(getattr(p, "stop_file", None))]
+            self._window.stop_file = next((f for f in found if f), "")
+            doc["stop_file"] = self._window.stop_file or None
         forks = doc["forks"]
         bound = " (the forks: %d of a budget of %s)" % (forks, doc.get("budget")) if doc.get("size") == forks and \
             forks < int(doc.get("budget") or 0) else ""
@@ -155,7 +163,7 @@ class StrategyModule(FreeStrategyModule):
                             doc.get("size"), bound, self._window.rule.lookahead,
                             ", ".join(doc.get("canaries") or []) or "none", int(doc.get("max_failures") or 0) + 1,
                             ", or when %s exists" % self._window.stop_file if self._window.stop_file else ""))
-        for plugin in getattr(self._tqm, "_callback_plugins", []):
+        for plugin in plugins:
             started = getattr(plugin, "window_started", None)
             if callable(started):
                 started(self._window)

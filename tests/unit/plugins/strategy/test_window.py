@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 PLAY = """
@@ -95,8 +97,12 @@ def run(tmp_path, size=2, hosts=HOSTS, canaries=("h1",), forks=10, max_failures=
     window = {"size": size, "budget": size, "max_failures": max_failures, "lookahead": lookahead,
               "canaries": list(canaries), "hosts": len(hosts) + len(down),
               "serial": ([len(canaries)] if canaries else []) + [len(rest)],
-              "stop_file": str(tmp_path / "STOP"), "kept_out": list(not_serving)}
-    if stop_file:
+              "stop_file": None if stop_file == "default" else str(tmp_path / "STOP"), "kept_out": list(not_serving)}
+    if stop_file == "default":
+        # Unset: STOP in the report directory (the report callback's, SGLANG_REPORT_DIR here).
+        (tmp_path / "reports").mkdir()
+        (tmp_path / "reports" / "STOP").write_text("")
+    elif stop_file:
         (tmp_path / "STOP").write_text("")
     (tmp_path / "play.yml").write_text(PLAY)
     lines = ["[all]"] + ["%s ansible_connection=local ansible_python_interpreter=%s" % (h, sys.executable)
@@ -201,10 +207,12 @@ def test_a_failed_canary_stops_the_rollout_whatever_the_tolerance(tmp_path):
                for h in HOSTS[1:])
 
 
-def test_the_stop_file_stops_before_any_host_starts(tmp_path):
-    proc, log = run(tmp_path, size=2, canaries=(), stop_file=True)
+@pytest.mark.parametrize("where", ["given", "default"])
+def test_the_stop_file_stops_before_any_host_starts(tmp_path, where):
+    proc, log = run(tmp_path, size=2, canaries=(), stop_file="default" if where == "default" else True)
     assert proc.returncode != 0
-    assert "the stop file %s exists" % (tmp_path / "STOP") in proc.stdout
+    path = tmp_path / "reports" / "STOP" if where == "default" else tmp_path / "STOP"
+    assert "the stop file %s exists" % path in proc.stdout
     assert log == []
     assert all(STOPPED_START in failed_with(proc.stdout, h) for h in HOSTS)
 
