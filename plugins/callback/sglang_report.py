@@ -301,7 +301,7 @@ class CallbackModule(CallbackBase):
                 value = row.get("out_of_rotation_s") if isinstance(row, dict) else None
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     times[str(row.get("host"))] = (name, float(value))
-        return {host: value for host, (_, value) in times.items()}
+        return {host: newest[1] for host, newest in times.items()}
 
     def stop_file(self) -> str:
         """The rollout's default stop file (sglang_rollout_stop_file unset): STOP in the report directory,

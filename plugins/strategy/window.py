@@ -201,7 +201,7 @@ class StrategyModule(FreeStrategyModule):
         decision = state.decisions.get(name)
         if decision is None or decision[0] != task._uuid:
             decision = state.decisions[name] = (task._uuid,) + self._decide(iterator, host, task, kind)
-        _, needed, putback = decision
+        needed, putback = decision[1], decision[2]
         if kind == "admit":
             if not rule.may_admit(name):
                 return False
@@ -240,8 +240,8 @@ class StrategyModule(FreeStrategyModule):
 
     # --- what the hosts say -------------------------------------------------------
     def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
-        results = super(StrategyModule, self)._process_pending_results(iterator, one_pass=one_pass,
-                                                                        max_passes=max_passes)
+        results = super(StrategyModule, self)._process_pending_results(
+            iterator, one_pass=one_pass, max_passes=max_passes)
         for result in results:
             self._observe(result)
         return results
