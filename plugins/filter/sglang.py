@@ -112,7 +112,8 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                  canary_by: Any = None, hostvars: Any = None, groups: Any = None, unavailable: Any = None,
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
                  stage: Any = None, handed_over: Any = False, forks: Any = None,
-                 max_fail_percentage: Any = None, lookahead: Any = None, not_serving: Any = None) -> dict[str, Any]:
+                 max_fail_percentage: Any = None, lookahead: Any = None, not_serving: Any = None,
+                 mode: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
     (plugins/plugin_utils/_rollout.py), and ``handover``: each host with the groups that carry the
     plan to the next play. The canaries come from ``canary_by`` (read from ``hostvars``/``groups``,
@@ -135,7 +136,7 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                         on_soak_failure=on_soak_failure,
                         canaries=None if canaries is None else [str(h) for h in canaries], stage=stage,
                         forks=forks, max_fail_percentage=max_fail_percentage, lookahead=lookahead,
-                        not_serving=[str(h) for h in (not_serving or [])])
+                        not_serving=[str(h) for h in (not_serving or [])], mode=mode)
     doc["handover"] = _rollout.handover(doc)
     return doc
 

@@ -229,7 +229,7 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
          soak_seconds: Any = None, on_soak_failure: Any = None,
          canaries: Optional[Sequence[str]] = None, stage: Any = None, forks: Any = None,
          max_fail_percentage: Any = None, lookahead: Any = None,
-         not_serving: Sequence[str] = ()) -> Dict[str, Any]:
+         not_serving: Sequence[str] = (), mode: Any = None) -> Dict[str, Any]:
     """The rollout of ``needs_work`` (inventory order): the host order, the ``serial`` list, and errors
     (each naming the variable, its value and the fix) that refuse the rollout before it starts.
 
@@ -238,14 +238,14 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
 
     ``mode`` is ``window`` (the default: the sliding window of plugins/strategy/window.py, ``window``
     says its size, the forks that bound it and its failure limit) or ``batches`` (``sglang_serial``
-    given: lockstep batches).
+    given, or ``mode`` says so: playbooks/rollback.yml's, which has no window).
 
     ``not_serving``: hosts whose server the probe found not running. Out of rotation already, they
     hold slots of the window from the start (``window.kept_out``); one that needs work keeps its own
     slot through its remediation instead of taking another."""
     doc = _plan(needs_work, fleet_size, max_unavailable, serial, canary_values, unavailable, soak_seconds,
                 on_soak_failure, canaries, stage, max_fail_percentage, lookahead)
-    doc["mode"] = "batches" if serial is not None else "window"
+    doc["mode"] = "batches" if serial is not None or mode == "batches" else "window"
     budget = doc["budget"] or 1
     usable = resolve(forks, 1) if _count(forks) is not None and not _count(forks)[1] else budget
     size = max(min(budget, usable), 1)

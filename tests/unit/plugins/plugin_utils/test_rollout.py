@@ -325,3 +325,8 @@ def test_a_skipped_take_keeps_a_slot_the_host_holds():
     assert w.ahead == set()
     w.back("a")
     assert w.free() == 1
+
+
+def test_the_rollback_plans_batches_without_serial():
+    doc = rollout_plan(HOSTS[:5], HOSTS[:5], max_unavailable=2, canaries=[], mode="batches")
+    assert doc["mode"] == "batches" and doc["serial"] == [1, 2]
