@@ -835,8 +835,8 @@ def test_a_failed_soak_stops_the_rollout_and_keeps_the_change_by_default(mode):
     after = read(CANARY)
     assert r[CANARY]["soak"].startswith("after %s: failed" % ("batch 1" if mode == "batches" else "its gate")), r
     if mode == "window":
+        # The canary's batch failed whole: Ansible starts no other (the window had stopped anyway).
         assert report["run"]["window"]["stopped"] == "the soak of %s failed" % CANARY, report["run"]
-        assert "stopped before this host started (the soak of %s failed)" % CANARY in r[SECOND]["error"], r
     assert r[CANARY]["rolled_back"] is False and r[CANARY]["restarted"] is True, r[CANARY]
     assert "SGLANG_TEST_DOUBLE_EXTRA=soak-" + mode in after["environ"]
     assert after["starts"] == before[CANARY]["starts"] + 1
