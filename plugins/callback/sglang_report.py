@@ -478,7 +478,12 @@ class CallbackModule(CallbackBase):
             self._write()
             return
         msg = res.get("msg") or res.get("stderr") or res.get("reason") or "failed"
-        if (getattr(result.task, "vars", None) or {}).get("_sglang_window") == "admit":
+        window_task = (getattr(result.task, "vars", None) or {}).get("_sglang_window")
+        if window_task == "sleep":
+            # A soak's read (tasks/soak_host.yml): its block's rescue records the verdict (sglang_soak),
+            # which gives the row its account, and fails the host.
+            return
+        if window_task == "admit":
             # The rollout's window stopped before this host started (plugins/strategy/window.py): untouched.
             row["status"] = "not reached"
             row["error"] = str(msg).strip()

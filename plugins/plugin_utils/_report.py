@@ -167,6 +167,27 @@ def run_result(statuses: Any) -> str:
     return "complete"
 
 
+
+def soak_lines(soaks: List[Mapping[str, Any]]) -> List[str]:
+    """The report's soak lines: one per rollout step soaked (batches), and one for all the hosts that soaked
+    after their own gate (the window's soak, one entry per host in run.soaks)."""
+    steps = [s for s in soaks if s.get("after") != "its gate"]
+    own = [s for s in soaks if s.get("after") == "its gate"]
+    if own:
+        hosts = {h: v for s in own for h, v in s["hosts"].items()}
+        steps.append({"after": "each host's gate", "seconds": "/".join(sorted({str(s["seconds"]) for s in own})),
+                      "hosts": hosts, "passed": all(s["passed"] for s in own),
+                      "action": ", ".join(sorted({s["action"] for s in own if not s["passed"] and s["action"]}))})
+    lines = []
+    for soak in steps:
+        failed = sorted(h for h, v in soak["hosts"].items() if v != "passed")
+        lines.append("- soak after %s (%s s, %d hosts re-read): %s%s" % (
+            soak.get("after") or "batch %s" % soak["batch"], soak["seconds"], len(soak["hosts"]),
+            "passed" if soak["passed"] else "FAILED",
+            ", %s" % soak["action"] if soak["action"] and soak["action"] != "passed" else "")
+            + (" (failed: %s)" % ", ".join(failed) if failed else ""))
+    return lines
+
 def render_markdown(doc: Dict[str, Any]) -> str:
     """The human report: run line, counts, failures first, then one row per host."""
     run = doc["run"]
@@ -186,11 +207,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             ", %d held from the start by hosts not serving" % len(window["not_serving"])
             if window.get("not_serving") else "", window["peak_out_of_rotation"],
             "stopped: %s" % window["stopped"] if window["stopped"] else "not stopped"))
-    for soak in run.get("soaks") or []:
-        failed = sorted(h for h, v in soak["hosts"].items() if v != "passed")
-        lines.append("- soak after %s (%s s, %d hosts re-read): %s%s" % (
-            soak.get("after") or "batch %s" % soak["batch"], soak["seconds"], len(soak["hosts"]), "passed" if soak["passed"] else "FAILED",
-            ", %s" % soak["action"] if soak["action"] else "") + (" (failed: %s)" % ", ".join(failed) if failed else ""))
+    lines += soak_lines(run.get("soaks") or [])
     for part in run.get("parts") or []:
         lines.append("- part %s: %s, job %s, run %s, stage %s, %d hosts: **%s**%s" % (
             part["part"], part["path"], part.get("job_id") or "-", part["run_id"], part["stage"], part["hosts"],

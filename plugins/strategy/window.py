@@ -3,15 +3,17 @@
 """The sliding window of playbooks/remediate.yml's rollout: the free strategy, with slots.
 
 Each host runs its tasks as under ansible.builtin.free (no host waits for the others), except at
-three kinds of task, marked by the task variable ``_sglang_window``:
+four kinds of task, marked by the task variable ``_sglang_window``:
 
 - ``admit``: where a host starts its work. It starts once fewer hosts are preparing than the free
   slots plus the lookahead (plugin_utils/_rollout.py, Window.may_admit).
 - ``take``: where a host leaves rotation (the transaction's first step). It waits there until a
   slot is free; a take whose ``when`` is false needs none and is let through at once.
+- ``sleep``: a task that runs ``_sglang_window_sleep`` seconds after the host reached it, the host
+  parked meanwhile without a slot or a fork (a soak's read); one whose ``when`` is false runs at once.
 - ``signal``: a set_fact of ``_sglang_window_signal`` that gives the slot back (``back``), keeps it
-  for a host left out of rotation (``out``), counts a failure (``failed``), stops the rollout
-  (``stop``) or parks the host for some seconds without a fork (``sleep``: a soak).
+  for a host left out of rotation (``out``), counts a failure (``failed``) or stops the rollout
+  (``stop``).
 
 A stopped window (the failure limit, a failed canary or soak, the stop file) lets every waiting host
 through with the host variable ``_sglang_window_stopped`` set to the reason: the role's next task
@@ -64,6 +66,7 @@ display = Display()
 # The task variable that marks a window task, and its kinds.
 WINDOW_VAR = "_sglang_window"
 PUTBACK_VAR = "_sglang_window_putback"
+SLEEP_VAR = "_sglang_window_sleep"
 SIGNAL_VAR = "_sglang_window_signal"
 # Set on a host let through a stopped window: the role fails it, naming the reason.
 STOPPED_VAR = "_sglang_window_stopped"
@@ -85,7 +88,6 @@ class WindowState:
                            doc.get("lookahead"), [str(h) for h in doc.get("canaries") or []],
                            [str(h) for h in doc.get("kept_out") or []])
         self.stop_file = str(doc.get("stop_file") or "")
-        self.sleeping = {}
         self.decisions = {}
         self.stop_checked = 0.0
         self.events = []
@@ -119,7 +121,7 @@ class StrategyModule(FreeStrategyModule):
             state, task = real_next(host, peek=peek)
             if peek and task is not None:
                 name = host.get_name()
-                held = name in self._window.decisions or name in self._window.sleeping
+                held = name in self._window.decisions
                 # A host with a task in flight is blocked by the free strategy itself: not ours to judge.
                 if self._blocked_hosts.get(name, False) and not held:
                     return state, task
@@ -188,19 +190,19 @@ class StrategyModule(FreeStrategyModule):
     def _let_go(self, iterator, host, task):
         """Whether ``host`` may run ``task`` now; False holds it (blocked, no fork)."""
         state, name = self._window, host.get_name()
-        until = state.sleeping.get(name)
-        if until is not None:
-            if time.monotonic() < until:
-                return False
-            del state.sleeping[name]
         kind = (getattr(task, "vars", None) or {}).get(WINDOW_VAR)
-        if kind not in ("admit", "take"):
+        if kind not in ("admit", "take", "sleep"):
             return True
-        self._stop_file()
-        rule = state.rule
         decision = state.decisions.get(name)
         if decision is None or decision[0] != task._uuid:
             decision = state.decisions[name] = (task._uuid,) + self._decide(iterator, host, task, kind)
+        if kind == "sleep":
+            if decision[1] and time.monotonic() < decision[2]:
+                return False
+            del state.decisions[name]
+            return True
+        self._stop_file()
+        rule = state.rule
         needed, putback = decision[1], decision[2]
         if kind == "admit":
             if not rule.may_admit(name):
@@ -222,8 +224,9 @@ class StrategyModule(FreeStrategyModule):
         return True
 
     def _decide(self, iterator, host, task, kind):
-        """(needed, putback) of a window task for ``host``: a take whose when is false needs no slot."""
-        if kind != "take":
+        """What a window task asks of ``host``, judged once when the host reaches it: (needed, putback) of a take,
+        a take whose when is false needing no slot; (parked, until) of a sleep, one whose when is false not parked."""
+        if kind == "admit":
             return True, False
         try:
             variables = self._variable_manager.get_vars(play=iterator._play, host=host, task=task,
@@ -231,12 +234,16 @@ class StrategyModule(FreeStrategyModule):
             self.add_tqm_variables(variables, play=iterator._play)
             engine = TemplateEngine(loader=self._loader, variables=variables)
             needed = all(engine.evaluate_conditional(c) for c in (task.when or []))
+            if kind == "sleep":
+                seconds = float(engine.template(task.vars.get(SLEEP_VAR)) or 0) if needed else 0.0
+                return seconds > 0, time.monotonic() + seconds
             putback = bool(engine.template(task.vars[PUTBACK_VAR])) if PUTBACK_VAR in task.vars else False
             return needed, putback
-        except Exception as exc:  # judged as needing a slot: the budget holds whatever went wrong here
-            display.warning("window: %s: could not judge whether %r needs a slot (%s); it waits for one"
-                            % (host.get_name(), task.get_name(), exc))
-            return True, False
+        except Exception as exc:  # a take waits for a slot, the budget holding whatever went wrong; a sleep runs
+            display.warning("window: %s: could not judge %r (%s); %s"
+                            % (host.get_name(), task.get_name(), exc,
+                               "it runs without its wait" if kind == "sleep" else "it waits for a slot"))
+            return (False, 0.0) if kind == "sleep" else (True, False)
 
     # --- what the hosts say -------------------------------------------------------
     def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
@@ -291,8 +298,6 @@ class StrategyModule(FreeStrategyModule):
                 state.event(name, "back")
                 display.display("window: %s is back in rotation (%d of %d slot(s) in use)"
                                 % (name, rule.in_use(), rule.size))
-        if signal.get("sleep"):
-            state.sleeping[name] = time.monotonic() + float(signal["sleep"])
         self._said_stop()
 
     def _said_stop(self):

@@ -426,6 +426,36 @@ def test_each_steps_soak_verdict_is_in_the_report_and_a_failed_one_fails_its_hos
     assert "- soak after batch 2 (60 s, 3 hosts re-read): FAILED, rolled back this batch, stopped (failed: h2)" in md
 
 
+def test_the_windows_soak_after_each_gate_is_one_line_and_its_failed_read_is_told_by_its_verdict(callback, tmp_path):
+    inv = Inventory(["h1", "h2", "h3"])
+    callback.v2_playbook_on_play_start(play(inv))
+    bad = "failed: not healthy"
+    read_task = SimpleNamespace(get_name=lambda: "Read the host again", vars={"_sglang_window": "sleep"})
+    for host in ("h1", "h2", "h3"):
+        callback.v2_runner_on_ok(result(host, fact(host)))
+    for host in ("h1", "h3"):
+        doc = soak({host: "passed"}, action="passed", seconds=3)
+        doc["ansible_facts"]["sglang_soak"]["after"] = "gate"
+        callback.v2_runner_on_ok(result(host, doc))
+    # h2's read fails (rescued): the row waits for the verdict, which names the soak.
+    callback.v2_runner_on_failed(SimpleNamespace(host=SimpleNamespace(get_name=lambda: "h2"), task=read_task,
+                                                 result={"msg": "the gate's own summary", "failed": True}))
+    assert callback.rows["h2"]["error"] == ""
+    doc = soak({"h2": bad}, action="stopped", seconds=3)
+    doc["ansible_facts"]["sglang_soak"]["after"] = "gate"
+    callback.v2_runner_on_ok(result("h2", doc))
+    callback.v2_runner_on_failed(result("h2", {"msg": "h2: the soak of 3 s after this host's gate failed"},
+                                        "Fail the host whose soak failed"))
+    callback.v2_playbook_on_stats(Stats({"h1": 5, "h2": 5, "h3": 5}))
+    doc, md = read(tmp_path)
+    rows = {r["host"]: r for r in doc["hosts"]}
+    assert rows["h2"]["status"] == "failed" and rows["h2"]["error"] == "soak after its gate: " + bad
+    assert rows["h2"]["failed_task"] == "soak"
+    assert rows["h1"]["soak"] == "after its gate: passed" and rows["h1"]["status"] == "changed"
+    assert [line for line in md.splitlines() if line.startswith("- soak")] == [
+        "- soak after each host's gate (3 s, 3 hosts re-read): FAILED, stopped (failed: h2)"]
+
+
 @pytest.mark.parametrize("value, role, part", [
     ("pass", "none", "pass"), ("Batch", "none", "batch"), (True, "none", "batch"), ("yes", "none", "batch"),
     (False, "sglang", None), (None, "fleetops.sglang.sglang", "batch"), (None, "other", None)])

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -32,15 +33,13 @@ PLAY = """
       when: _sglang_window_stopped is defined
       vars: {_sglang_window: admit}
   tasks:
-    - name: Park without a fork (a soak)
-      ansible.builtin.set_fact:
-        _sglang_window_signal: {sleep: "{{ sleep }}"}
-      when: inventory_hostname in sleepers
-      vars: {_sglang_window: signal}
-    - name: Say when the park ended
-      ansible.builtin.shell: echo "woke {{ inventory_hostname }}" >> {{ log }}
+    - name: Say when the park without a fork ended (a soak's read)
+      ansible.builtin.shell: echo "woke {{ inventory_hostname }}" >> {{ log }}; date +%s.%N > {{ log }}.{{ inventory_hostname }}
       when: inventory_hostname in sleepers
       changed_when: false
+      vars:
+        _sglang_window: sleep
+        _sglang_window_sleep: "{{ sleep }}"
     - name: Stop the rollout
       ansible.builtin.set_fact:
         _sglang_window_signal: {stop: "asked by {{ inventory_hostname }}"}
@@ -245,10 +244,13 @@ def test_a_putback_gets_a_slot_after_the_stop(tmp_path):
 
 def test_a_parked_host_holds_no_fork(tmp_path):
     # One fork: had the park held it, h2 could not run a task until h1 woke.
+    started = time.time()
     proc, log = run(tmp_path, size=2, hosts=HOSTS[:2], canaries=(), forks=1, sleepers=["h1"], sleep=25,
                     delay=0.1)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert log.index(["back", "h2"]) < log.index(["woke", "h1"]), log
+    # The park lasted its seconds (a lower bound: true however loaded the machine).
+    assert float((tmp_path / "log.h1").read_text()) - started >= 25
 
 
 def test_an_unreachable_host_counts_as_failed(tmp_path):
