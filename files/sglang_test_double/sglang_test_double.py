@@ -32,7 +32,9 @@ Test-double options come from the ENVIRONMENT, never from flags, so the flag
 surface stays SGLang's:
 
   SGLANG_TEST_DOUBLE_STARTUP_DELAY   seconds of 503 before healthy (default 2)
-  SGLANG_TEST_DOUBLE_FAIL_HEALTH     "1": /health* answers 503 forever
+  SGLANG_TEST_DOUBLE_FAIL_HEALTH     "1": /health* answers 503 forever (rank 0; the
+                                     stand-in server of a rank >= 1 always answers 200,
+                                     as SGLang's does)
   SGLANG_TEST_DOUBLE_SITE_PACKAGES   site-packages holding the installed sglang
                                      (default: the running interpreter's, then
                                      /opt/sglang/venv/lib/python3*/site-packages)
@@ -70,6 +72,11 @@ surface stays SGLang's:
                                      speculative_eagle_topk,
                                      speculative_num_draft_tokens), as SGLang
                                      rewriting them silently would
+
+Several nodes as SGLang (--nnodes, --node-rank, --dist-init-addr; see "Several nodes" below):
+the ranks meet at the leader's address before the model load, a rank with other settings
+fails the replica, a rank >= 1 serves only the stand-in health routes once ready, and when
+one rank ends the others exit 1.
 
 API keys as SGLang 0.5.8+ (srt/utils/auth.py, decide_request_auth): --api-key and
 --admin-api-key, on the command line or in the YAML file of --config, merged into argv
@@ -215,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--enable-dp-attention", action="store_true")
     p.add_argument("--random-seed", type=int)
     p.add_argument("--watchdog-timeout", type=float, default=300.0)
+    # Multi-node (0.5.9 server_args.py): --nccl-init-addr is the old name of --dist-init-addr.
+    p.add_argument("--dist-init-addr", "--nccl-init-addr", type=str)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
     p.add_argument("--api-key", type=str)
     p.add_argument("--admin-api-key", type=str)
     p.add_argument("--config", type=str)
@@ -1588,6 +1599,245 @@ def make_server(host: str, port: int, state: DoubleState) -> ThreadingHTTPServer
     return server
 
 
+# --------------------------------------------------------------------------
+# Several nodes (--nnodes N --node-rank R --dist-init-addr HOST:PORT)
+# --------------------------------------------------------------------------
+#
+# As SGLang (0.5.9 engine.py:1040, 0.5.12.post1 and 0.5.14 engine.py:812/823): every node starts
+# its schedulers, which meet at the leader's --dist-init-addr (torch.distributed's store, on rank
+# 0) and only then load the model; a node of rank >= 1 runs no tokenizer and no API, and once its
+# schedulers are ready serves launch_dummy_health_check_server (utils/common.py): /ping, /health
+# and /health_generate, always 200, /metrics with --enable-metrics, nothing else. When one rank
+# ends, the others' collectives fail and they exit. Here: the leader listens on the address, each
+# other rank connects and sends its settings, and the leader answers once every rank has joined
+# with the settings it runs (a rank with others fails the whole replica, as a mismatched world or
+# model does in NCCL); the connections then stay open, and a node whose peer goes away exits 1.
+
+# A node's own settings: where it listens, its rank, its keys (only the leader serves the API).
+NODE_OWN_ARGS = frozenset(("node_rank", "host", "port", "api_key", "admin_api_key", "log_level", "config"))
+RENDEZVOUS_POLL = 0.5
+
+
+def replica_problem(args: argparse.Namespace) -> str:
+    """Why SGLang would refuse these multi-node flags at start ("" when it would not)."""
+    if args.nnodes < 1:
+        return "nnodes must be at least 1, got %d" % args.nnodes
+    if not 0 <= args.node_rank < args.nnodes:
+        return "node_rank %d is not a rank of %d node(s)" % (args.node_rank, args.nnodes)
+    if (args.tp_size * args.pp_size) % args.nnodes:
+        # check_server_args (0.5.9 server_args.py:5134).
+        return "tp_size must be divisible by number of nodes"
+    if args.nnodes > 1 and args.dist_init_addr is not None and not _split_addr(args.dist_init_addr):
+        return "please provide --dist-init-addr as host:port of head node"
+    return ""
+
+
+def _split_addr(addr: str) -> Optional[Tuple[str, int]]:
+    host, sep, port = addr.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit():
+        return None
+    return host, int(port)
+
+
+def node_settings(args: argparse.Namespace, version: str, params: SpecParams) -> Dict[str, Any]:
+    """What every node of one replica must run alike: its flags but its own, its release, what it resolved."""
+    settings = {k: v for k, v in sorted(vars(args).items()) if k not in NODE_OWN_ARGS}
+    settings["sglang_version"] = version
+    settings["speculative_params"] = [params.num_steps, params.eagle_topk, params.num_draft_tokens]
+    return settings
+
+
+def settings_differences(mine: Dict[str, Any], theirs: Dict[str, Any]) -> List[str]:
+    return ["%s %r (rank 0: %r)" % (k, theirs.get(k), mine.get(k))
+            for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+
+
+def _send_line(conn: socket.socket, doc: Dict[str, Any]) -> None:
+    try:
+        conn.sendall((json.dumps(doc) + "\n").encode())
+    except OSError:
+        pass
+
+
+def _read_line(conn: socket.socket, stop: threading.Event) -> Optional[Dict[str, Any]]:
+    """One JSON line, None when the peer closed or ``stop`` was set."""
+    data = b""
+    conn.settimeout(RENDEZVOUS_POLL)
+    while b"\n" not in data:
+        if stop.is_set():
+            return None
+        try:
+            chunk = conn.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+    try:
+        doc = json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class Replica:
+    """This node's part of the rendezvous, and its peers once met."""
+
+    def __init__(self, args: argparse.Namespace, settings: Dict[str, Any], matches: bool) -> None:
+        self.args = args
+        self.settings = settings
+        self.matches = matches
+        self.peers: List[socket.socket] = []
+        # Whether every rank's capture matches the draft's training (the leader's answer).
+        self.all_match = matches
+        self.lost = threading.Event()
+        self.why_lost = ""
+
+    def meet(self, stop: threading.Event) -> str:
+        """Block until every rank has joined; "" then, else why the replica cannot start."""
+        addr = _split_addr(self.args.dist_init_addr) if self.args.dist_init_addr else None
+        if addr is None:
+            # Without the leader's address each node waits on its own loopback: it never meets the others.
+            LOG.warning("no --dist-init-addr: node rank %d waits for ranks that cannot reach it",
+                        self.args.node_rank)
+            stop.wait()
+            return ""
+        return self._lead(addr, stop) if self.args.node_rank == 0 else self._join(addr, stop)
+
+    def _lead(self, addr: Tuple[str, int], stop: threading.Event) -> str:
+        family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+        try:
+            listener = socket.create_server(addr, family=family)
+        except OSError as exc:
+            return "cannot bind the dist init address %s:%d: %s" % (addr[0], addr[1], exc)
+        listener.settimeout(RENDEZVOUS_POLL)
+        ranks: List[int] = []
+        conns: List[socket.socket] = []
+        problem = ""
+        LOG.info("rank 0 of %d: waiting for %d rank(s) at %s:%d", self.args.nnodes, self.args.nnodes - 1, *addr)
+        try:
+            while len(ranks) < self.args.nnodes - 1 and not stop.is_set() and not problem:
+                try:
+                    conn, _ = listener.accept()
+                except socket.timeout:
+                    continue
+                conns.append(conn)
+                hello = _read_line(conn, stop)
+                rank = hello.get("rank") if hello else None
+                if not isinstance(rank, int) or not 1 <= rank < self.args.nnodes:
+                    problem = "a node joined with rank %r, not one of 1..%d" % (rank, self.args.nnodes - 1)
+                elif rank in ranks:
+                    problem = "rank %d joined twice" % rank
+                else:
+                    diff = settings_differences(self.settings, hello.get("settings") or {})
+                    if diff:
+                        problem = "rank %d runs other settings than rank 0: %s" % (rank, "; ".join(diff))
+                    else:
+                        ranks.append(rank)
+                        self.all_match = self.all_match and bool(hello.get("matches"))
+                        LOG.info("rank %d joined (%d of %d)", rank, len(ranks) + 1, self.args.nnodes)
+        finally:
+            listener.close()
+        for conn in conns:
+            _send_line(conn, {"error": problem} if problem else {"ok": True, "all_match": self.all_match})
+        if problem or stop.is_set():
+            for conn in conns:
+                conn.close()
+            return problem
+        self.peers = conns
+        return ""
+
+    def _join(self, addr: Tuple[str, int], stop: threading.Event) -> str:
+        conn = None
+        LOG.info("rank %d of %d: joining %s:%d", self.args.node_rank, self.args.nnodes, *addr)
+        while conn is None and not stop.is_set():
+            try:
+                conn = socket.create_connection(addr, timeout=2)
+            except OSError:
+                stop.wait(RENDEZVOUS_POLL)
+        if conn is None:
+            return ""
+        _send_line(conn, {"rank": self.args.node_rank, "settings": self.settings, "matches": self.matches})
+        answer = _read_line(conn, stop)
+        if answer is None:
+            conn.close()
+            return "" if stop.is_set() else "the leader at %s:%d went away before every rank had joined" % addr
+        if answer.get("error"):
+            conn.close()
+            return "the replica cannot start: %s" % answer["error"]
+        self.all_match = bool(answer.get("all_match"))
+        self.peers = [conn]
+        return ""
+
+    def watch(self) -> None:
+        """From now on, a peer that goes away ends this node."""
+        for conn in self.peers:
+            threading.Thread(target=self._watch_one, args=(conn,), name="peer", daemon=True).start()
+
+    def _watch_one(self, conn: socket.socket) -> None:
+        conn.settimeout(None)
+        try:
+            while conn.recv(4096):
+                pass
+        except OSError:
+            pass
+        if not self.lost.is_set():
+            self.why_lost = "a peer rank went away: its collectives failed"
+            self.lost.set()
+
+    def close(self) -> None:
+        for conn in self.peers:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            conn.close()
+
+
+class DummyHandler(BaseHTTPRequestHandler):
+    """launch_dummy_health_check_server: what a node of rank >= 1 serves once its schedulers are ready."""
+
+    server_version = "sglang-test-double"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        LOG.info("%s - %s", self.address_string(), fmt % args)
+
+    def _send(self, status: int, body: str = "", content_type: str = "application/json") -> None:
+        data = body.encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        path = self.path.split("?", 1)[0]
+        if path in ("/ping", "/health", "/health_generate"):
+            self._send(200)
+        elif path == "/metrics" and self.server.enable_metrics:  # type: ignore[attr-defined]
+            # A rank >= 1's schedulers are not tp rank 0: they report no server metrics.
+            self._send(200, "", "text/plain; version=0.0.4")
+        else:
+            self._send(404, json.dumps({"detail": "Not Found"}))
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._send(404, json.dumps({"detail": "Not Found"}))
+
+
+def make_dummy_server(host: str, port: int, enable_metrics: bool) -> ThreadingHTTPServer:
+    class _Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        daemon_threads = True
+
+    server = _Server((host, port), DummyHandler)
+    server.enable_metrics = enable_metrics  # type: ignore[attr-defined]
+    return server
+
+
 def env_float(environ: typing.Mapping[str, str], name: str, default: float) -> float:
     raw = environ.get(name)
     if raw is None or raw == "":
@@ -1696,25 +1946,74 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
             degraded = env_float(environ, ENV_DEGRADED_ACCEPT, expected_accept_length(False, params))
         LOG.info("%s=%s: accept length drops to %s after %d requests", ENV_DEGRADE_AFTER,
                  environ[ENV_DEGRADE_AFTER], degraded, degrade_after)
+    problem = replica_problem(args)
+    if problem:
+        LOG.error("server args rejected: %s", problem)
+        return 1
+    replica = Replica(args, node_settings(args, version, params), wiring.matches_training) \
+        if args.nnodes > 1 else None
+    follower = args.node_rank >= 1
     state = DoubleState(args, params, version, wiring, accept, fail_health, degrade_after, degraded)
     state.api_key = environ.get(ENV_API_KEY) or args.api_key or None
-    try:
-        server = make_server(args.host, args.port, state)
-    except OSError as exc:
-        LOG.error("cannot bind %s:%s: %s", args.host, args.port, exc)
-        return 1
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
-    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-    thread.start()
-    LOG.info("listening on %s:%s (startup delay %.1fs)", args.host, args.port, delay)
+    server: Optional[ThreadingHTTPServer] = None
+    if not follower:
+        # A rank >= 1 serves nothing until its schedulers are ready (below).
+        try:
+            server = make_server(args.host, args.port, state)
+        except OSError as exc:
+            LOG.error("cannot bind %s:%s: %s", args.host, args.port, exc)
+            return 1
+        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        LOG.info("listening on %s:%s (startup delay %.1fs)", args.host, args.port, delay)
+
+    def lost() -> bool:
+        return replica is not None and replica.lost.is_set()
+
+    def wait(seconds: Optional[float]) -> bool:
+        """Wait ``seconds`` (None: for ever); True when stopped or a peer rank went away first."""
+        deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
+        while not lost():
+            left = RENDEZVOUS_POLL if deadline is None else min(RENDEZVOUS_POLL, deadline - time.monotonic())
+            if left <= 0:
+                return False
+            if stop.wait(left):
+                return True
+        return True
 
     code = 0
-    if not stop.wait(max(0.0, delay)):
+    if replica is not None:
+        problem = replica.meet(stop)
+        if problem:
+            LOG.error("%s", problem)
+            code = 1
+        elif not stop.is_set():
+            replica.watch()
+            LOG.info("all %d ranks joined at %s", args.nnodes, args.dist_init_addr)
+            if not follower and accept is not None and not replica.all_match:
+                accept = expected_accept_length(False, params)
+                state.accept_length = accept
+                LOG.info("a rank's capture does not feed the draft what it was trained on: expected accept "
+                         "length %.4f", accept)
+    # The model load, after the ranks met.
+    if code == 0 and not stop.is_set() and not wait(delay):
         if wiring.fatal:
             LOG.error("model warmup failed, as SGLang would: %s", wiring.fatal)
             code = 1
+        elif follower:
+            try:
+                server = make_dummy_server(args.host, args.port, args.enable_metrics)
+            except OSError as exc:
+                LOG.error("Dummy health check server failed to start: %s", exc)
+                code = 1
+            else:
+                threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+                LOG.info("Dummy health check server started in background thread at %s:%s", args.host, args.port)
+                start_log = environ.get(ENV_START_LOG)
+                if start_log:
+                    append_start_log(start_log, started, time.time())
         elif fail_health:
             LOG.warning("%s=1: health stays 503", ENV_FAIL_HEALTH)
         else:
@@ -1725,10 +2024,16 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
             if start_log:
                 append_start_log(start_log, started, healthy)
         if code == 0:
-            stop.wait()
+            wait(None)
+    if code == 0 and lost() and not stop.is_set():
+        LOG.error("Scheduler or DataParallelController terminated: %s", replica.why_lost)
+        code = 1
     LOG.info("shutting down")
-    server.shutdown()
-    server.server_close()
+    if replica is not None:
+        replica.close()
+    if server is not None:
+        server.shutdown()
+        server.server_close()
     return code
 
 
