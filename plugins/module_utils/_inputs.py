@@ -208,14 +208,26 @@ OTHER_NAMES: Dict[str, str] = {
 }
 
 
+# The inventory's replicas (plugins/plugin_utils/_replicas.py reads them: the rollout's unit). Refused
+# by name until the role serves a multi-node replica as one transaction (issue 44): restarting its
+# nodes one at a time, as the role does a host's, would take the replica down once per node.
+REPLICA_NAMES = ("sglang_replica", "sglang_node_rank", "sglang_nnodes", "sglang_node_addr",
+                 "sglang_dist_init_addr", "sglang_dist_init_port")
+_NOT_YET_SERVED = ("%s names a node of a multi-node replica (--nnodes), which this release does not serve: the role "
+                   "restarts one host at a time, and a replica's nodes must stop and start together, so it would "
+                   "take the replica down once per node. Keep multi-node replicas out of the role's hosts "
+                   "(sglang_skip_hosts or the group sglang_maintenance) and remove %s until a release serves them.")
+
+
 def unknown_variables(names: Sequence[str]) -> List[str]:
     """One error per sglang_* name the role neither reads nor sets, naming the nearest known one.
 
     A typo (sglang_speculative_numsteps for sglang_speculative_num_steps) is the commonest bad
     input of a fleet inventory, and the role would run on the default without a word.
     """
-    errors = []
-    for name in sorted(n for n in names if n.startswith("sglang_") and n not in VARIABLES and n not in OTHER_NAMES):
+    errors = [_NOT_YET_SERVED % (name, name) for name in REPLICA_NAMES if name in names]
+    for name in sorted(n for n in names if n.startswith("sglang_") and n not in VARIABLES and n not in OTHER_NAMES
+                       and n not in REPLICA_NAMES):
         near = nearest_name(name)
         errors.append("%s is not a variable of the role, so its value would be ignored%s; accepted: the variables "
                       "of the input guide's table (docs/docsite/rst/guide_inputs.rst: the role's own; the "

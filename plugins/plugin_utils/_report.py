@@ -167,7 +167,6 @@ def run_result(statuses: Any) -> str:
     return "complete"
 
 
-
 def soak_lines(soaks: List[Mapping[str, Any]]) -> List[str]:
     """The report's soak lines: one per rollout step soaked (batches), and one for all the hosts that soaked
     after their own gate (the window's soak, one entry per host in run.soaks)."""
@@ -187,6 +186,7 @@ def soak_lines(soaks: List[Mapping[str, Any]]) -> List[str]:
             ", %s" % soak["action"] if soak["action"] and soak["action"] != "passed" else "")
             + (" (failed: %s)" % ", ".join(failed) if failed else ""))
     return lines
+
 
 def render_markdown(doc: Dict[str, Any]) -> str:
     """The human report: run line, counts, failures first, then one row per host."""

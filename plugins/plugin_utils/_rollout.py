@@ -229,7 +229,8 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
          soak_seconds: Any = None, on_soak_failure: Any = None,
          canaries: Optional[Sequence[str]] = None, stage: Any = None, forks: Any = None,
          max_fail_percentage: Any = None, lookahead: Any = None,
-         not_serving: Sequence[str] = (), mode: Any = None) -> Dict[str, Any]:
+         not_serving: Sequence[str] = (), mode: Any = None,
+         units: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
     """The rollout of ``needs_work`` (inventory order): the host order, the ``serial`` list, and errors
     (each naming the variable, its value and the fix) that refuse the rollout before it starts.
 
@@ -242,7 +243,20 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
 
     ``not_serving``: hosts whose server the probe found not running. Out of rotation already, they
     hold slots of the window from the start (``window.kept_out``); one that needs work keeps its own
-    slot through its remediation instead of taking another."""
+    slot through its remediation instead of taking another.
+
+    ``units`` (host -> unit over the fleet, plugin_utils/_replicas.py): the nodes of a multi-node
+    replica are one unit. The plan is then made over units (``fleet_size`` counts units): the budget,
+    the canaries, the batches and the failure limit count replicas; a unit any node of which needs
+    work goes whole, and the lists come back as hosts, each unit's nodes together
+    (``window.units`` gives the strategy the units)."""
+    members = unit_members(units)
+    if members:
+        return _plan_units(members, dict(units or {}), needs_work, fleet_size, max_unavailable=max_unavailable,
+                           serial=serial, canary_values=canary_values, unavailable=unavailable,
+                           soak_seconds=soak_seconds, on_soak_failure=on_soak_failure, canaries=canaries,
+                           stage=stage, forks=forks, max_fail_percentage=max_fail_percentage, lookahead=lookahead,
+                           not_serving=not_serving, mode=mode)
     doc = _plan(needs_work, fleet_size, max_unavailable, serial, canary_values, unavailable, soak_seconds,
                 on_soak_failure, canaries, stage, max_fail_percentage, lookahead)
     doc["mode"] = "batches" if serial is not None or mode == "batches" else "window"
@@ -274,6 +288,77 @@ def plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any = None
                          "running at the probe: %s); start them, list them in sglang_skip_hosts or the group "
                          "sglang_maintenance, or raise sglang_max_unavailable" % (size, len(idle), ", ".join(idle))]
     return doc
+
+
+def unit_members(units: Optional[Mapping[str, str]]) -> Dict[str, List[str]]:
+    """The units of more than one host, each with its hosts in the mapping's (inventory) order."""
+    found: Dict[str, List[str]] = {}
+    for host, unit in (units or {}).items():
+        found.setdefault(str(unit), []).append(str(host))
+    return {u: hs for u, hs in found.items() if len(hs) > 1}
+
+
+def _plan_units(members: Mapping[str, List[str]], units: Mapping[str, str], needs_work: Sequence[str],
+                fleet_size: int, serial: Any = None, canary_values: Optional[Mapping[str, str]] = None,
+                unavailable: Sequence[str] = (), canaries: Optional[Sequence[str]] = None,
+                not_serving: Sequence[str] = (), **kw: Any) -> Dict[str, Any]:
+    """plan() over units, its lists given back as hosts."""
+    def unit(host: str) -> str:
+        return str(units.get(host, host))
+
+    def of(hosts: Sequence[str]) -> List[str]:
+        seen: List[str] = []
+        for host in hosts:
+            if unit(host) not in seen:
+                seen.append(unit(host))
+        return seen
+
+    def hosts(unit_names: Sequence[str]) -> List[str]:
+        return [h for u in unit_names for h in members.get(u, [u])]
+
+    values = None
+    if canary_values is not None:
+        values = {}
+        for host in needs_work:
+            values.setdefault(unit(host), canary_values.get(host, UNSET))
+    doc = plan(of(needs_work), fleet_size, serial=None if serial is None else serial, canary_values=values,
+               unavailable=of(unavailable), canaries=None if canaries is None else of(canaries),
+               not_serving=of(not_serving), **kw)
+    if serial is not None and not doc["errors"]:
+        doc["errors"] = ["sglang_serial=%r counts hosts, and a batch boundary would split a replica (%s); leave "
+                         "sglang_serial unset: sglang_max_unavailable then sizes the batches in replicas"
+                         % (serial, ", ".join(sorted(members)))]
+    sizes = {u: len(members.get(u, [u])) for u in doc["order"]}
+    unit_batches = _batches(doc["order"], doc["serial"]) if not doc["errors"] else []
+    for key in ("order", "canaries", "unavailable", "next_stage", "not_serving"):
+        doc[key] = hosts(doc[key])
+    doc["serial"] = [sum(sizes[u] for u in batch) for batch in unit_batches] or [1]
+    doc["batch_max"] = max(doc["serial"])
+    window = doc["window"]
+    canary_units = of(doc["canaries"])
+    size = window["size"]
+    window["serial"] = [sum(sizes.get(u, 1) for u in canary_units[i:i + size])
+                        for i in range(0, len(canary_units), size)]
+    rest = len(doc["order"]) - len(doc["canaries"])
+    window["serial"] = (window["serial"] + ([rest] if rest > 0 else [])) or [1]
+    window["canaries"] = list(doc["canaries"])
+    window["kept_out"] = list(doc["not_serving"])
+    window["units"] = {h: u for u, hs in members.items() for h in hs}
+    return doc
+
+
+def _batches(order: Sequence[str], serial: Sequence[Any]) -> List[List[str]]:
+    """``order`` cut as Ansible cuts a play's hosts by ``serial`` (the last size repeats)."""
+    out: List[List[str]] = []
+    left = list(order)
+    sizes = [resolve(s, len(order) or 1) for s in serial] or [len(left)]
+    i = 0
+    while left:
+        n = max(sizes[min(i, len(sizes) - 1)], 1)
+        out.append(left[:n])
+        left = left[n:]
+        i += 1
+    return out
 
 
 def _plan(needs_work: Sequence[str], fleet_size: int, max_unavailable: Any, serial: Any,
@@ -348,8 +433,10 @@ class Window:
     """The sliding window's rule (plugins/strategy/window.py hands out its slots): at most ``size``
     rollout units out of rotation at once, a unit leaving as soon as another is back.
 
-    A unit is what leaves rotation together: a host today (``unit_of``; the replicas issue says
-    what else a unit is, and nothing else here changes). A unit holds its slot from the moment it
+    A unit is what leaves rotation together: a host, or the nodes of one multi-node replica
+    (``units``: host -> unit, plugin_utils/_replicas.py; a host not in it is its own unit). The
+    budget, the lookahead and the failure limit count units; the first node of a unit to leave
+    rotation takes its slot, and the slot frees when the last is back. A unit holds its slot from the moment it
     leaves rotation (the transaction's first step) until it is back and healthy; one failed and kept
     out of rotation keeps it (``keep_out``): the budget counts it as it counts a host lost in the
     probe pass. ``lookahead`` hosts may prepare (install, patch, verify) while every slot is taken,
@@ -361,11 +448,13 @@ class Window:
     when one is free, whatever stopped the rollout: putting back is not new work."""
 
     def __init__(self, size: int, max_failures: int = 0, lookahead: Optional[int] = None,
-                 canaries: Sequence[str] = (), kept_out: Sequence[str] = ()) -> None:
+                 canaries: Sequence[str] = (), kept_out: Sequence[str] = (),
+                 units: Optional[Mapping[str, str]] = None) -> None:
+        self.units = dict(units or {})
         self.size = max(int(size), 1)
         self.max_failures = max(int(max_failures), 0)
         self.lookahead = self.size if lookahead is None else max(int(lookahead), 0)
-        self.canaries = set(canaries)
+        self.canaries = {self.unit_of(h) for h in canaries}
         self.holding: Dict[str, set] = {}
         # Out of rotation before the rollout (their server not running at the probe) or left out by it.
         self.kept_out: set = {self.unit_of(h) for h in kept_out}
@@ -374,9 +463,8 @@ class Window:
         self.stopped: Optional[str] = None
         self.peak = 0
 
-    @staticmethod
-    def unit_of(host: str) -> str:
-        return host
+    def unit_of(self, host: str) -> str:
+        return self.units.get(host, host)
 
     def in_use(self) -> int:
         return len(set(self.holding) | self.kept_out)
@@ -392,7 +480,9 @@ class Window:
         does a host whose unit is out of rotation already (it has its slot)."""
         if self.stopped is not None or (host is not None and self.unit_of(host) in self.kept_out):
             return True
-        return len(self.ahead) < max(self.free(), 0) + self.lookahead
+        if host is not None and self.unit_of(host) in {self.unit_of(h) for h in self.ahead} | set(self.holding):
+            return True
+        return len({self.unit_of(h) for h in self.ahead}) < max(self.free(), 0) + self.lookahead
 
     def admit(self, host: str) -> None:
         if self.stopped is None:
@@ -442,12 +532,14 @@ class Window:
                       % (len(self.kept_out), ", ".join(sorted(self.kept_out)), self.size))
 
     def fail(self, host: str) -> None:
+        """``host`` failed: its unit counts once against the failure limit, whichever of its nodes failed."""
         self.ahead.discard(host)
-        if host in self.failed:
+        unit = self.unit_of(host)
+        if unit in self.failed:
             return
-        self.failed.add(host)
-        if host in self.canaries:
-            self.stop("the canary %s failed" % host)
+        self.failed.add(unit)
+        if unit in self.canaries:
+            self.stop("the canary %s failed" % unit)
         elif len(self.failed) > self.max_failures:
             self.stop("%d hosts failed (%s), more than sglang_max_fail_percentage allows (%d)"
                       % (len(self.failed), ", ".join(sorted(self.failed)), self.max_failures))

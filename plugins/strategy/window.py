@@ -86,7 +86,7 @@ class WindowState:
         self.doc = dict(doc)
         self.rule = Window(int(doc.get("size") or 1), int(doc.get("max_failures") or 0),
                            doc.get("lookahead"), [str(h) for h in doc.get("canaries") or []],
-                           [str(h) for h in doc.get("kept_out") or []])
+                           [str(h) for h in doc.get("kept_out") or []], doc.get("units") or {})
         self.stop_file = str(doc.get("stop_file") or "")
         self.decisions = {}
         self.stop_checked = 0.0

@@ -88,6 +88,16 @@ def test_an_unknown_sglang_variable_is_refused_naming_the_nearest_one(name, near
     assert si.variable_errors(values, names=["sglang_port"]) == []
 
 
+@pytest.mark.parametrize("name", si.REPLICA_NAMES)
+def test_a_multi_node_replica_is_refused_by_name_until_the_role_serves_one(name):
+    values = defaults()
+    values[name] = 1
+    (msg,) = si.variable_errors(values)
+    assert msg.startswith("%s names a node of a multi-node replica (--nnodes), which this release does not serve"
+                          % name), msg
+    assert "once per node" in msg and "sglang_skip_hosts" in msg and "did you mean" not in msg
+
+
 def test_message_style_names_variable_value_and_what_is_accepted():
     (msg,) = errors(sglang_port=70000)
     assert msg == "sglang_port=70000 is out of range; accepted: an integer from 1 to 65535."

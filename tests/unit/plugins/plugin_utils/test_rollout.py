@@ -290,6 +290,31 @@ def test_window_stops_over_the_failure_limit_on_a_canary_or_when_full_of_hosts_k
     assert "fill the window of 2" in w3.stopped
 
 
+def test_a_replicas_nodes_share_one_slot_one_admission_and_one_failure():
+    units = {"a0": "a", "a1": "a", "b0": "b", "b1": "b"}
+    w = Window(1, max_failures=0, lookahead=0, units=units)
+    assert w.may_admit("a0")
+    w.admit("a0")
+    # The other node of a is part of the admitted unit; b is not, with one slot and no lookahead.
+    assert w.may_admit("a1") and not w.may_admit("b0")
+    w.admit("a1")
+    assert w.take("a0") and w.may_take("a1") and w.take("a1")
+    assert w.in_use() == 1 and not w.may_take("b0") and not w.may_take("s")
+    w.back("a0")
+    # The slot frees when the last node is back.
+    assert w.in_use() == 1 and not w.may_take("b0")
+    w.back("a1")
+    assert w.in_use() == 0 and w.may_take("b0") and w.peak == 1
+    # Both nodes of b failing count one failure: the limit of 0 stops at the first.
+    w.fail("b0")
+    assert w.stopped == "1 hosts failed (b), more than sglang_max_fail_percentage allows (0)"
+    w2 = Window(2, max_failures=5, canaries=["a0", "a1"], units=units)
+    w2.fail("a1")
+    assert w2.stopped == "the canary a failed"
+    w3 = Window(2, kept_out=["b1"], units=units)
+    assert w3.in_use() == 1 and w3.may_admit("b0") and w3.may_take("b0")
+
+
 def test_the_estimate_runs_the_canaries_then_rounds_of_the_window():
     assert estimate([], 10, 2) is None
     doc = estimate([100, 300, 200], 10, 3, canaries=1)
@@ -330,3 +355,41 @@ def test_a_skipped_take_keeps_a_slot_the_host_holds():
 def test_the_rollback_plans_batches_without_serial():
     doc = rollout_plan(HOSTS[:5], HOSTS[:5], max_unavailable=2, canaries=[], mode="batches")
     assert doc["mode"] == "batches" and doc["serial"] == [1, 2]
+
+
+# Two replicas of two nodes (a, b), one of three (c), and single-node hosts s1 s2 s3, in inventory order.
+UNITS = {"a0": "a", "a1": "a", "b0": "b", "b1": "b", "s1": "s1", "c0": "c", "c1": "c", "c2": "c", "s2": "s2",
+         "s3": "s3"}
+
+
+def test_the_plan_counts_replicas_and_keeps_each_ones_nodes_together():
+    # Only a1 and c2 of their replicas need work: the whole replica goes.
+    doc = r.plan(["a1", "b0", "b1", "s1", "c2", "s2"], 7, max_unavailable=2, units=UNITS)
+    assert doc["errors"] == []
+    assert doc["order"] == ["a0", "a1", "b0", "b1", "s1", "c0", "c1", "c2", "s2"]
+    # The canary is a replica; the budget (2 of 7 units) counts replicas.
+    assert doc["canaries"] == ["a0", "a1"] and doc["budget"] == 2
+    assert doc["window"]["serial"] == [2, 7] and doc["window"]["size"] == 2
+    assert doc["window"]["units"] == {"a0": "a", "a1": "a", "b0": "b", "b1": "b", "c0": "c", "c1": "c", "c2": "c"}
+    # In batches: the canary replica, then two units per batch, as hosts.
+    batches = r.plan(["a1", "b0", "b1", "s1", "c2", "s2"], 7, max_unavailable=2, units=UNITS, mode="batches")
+    assert batches["serial"] == [2, 3, 4]
+
+
+def test_the_plan_over_replicas_picks_one_canary_replica_per_value_and_counts_failures_in_replicas():
+    values = {"a0": "r1", "a1": "r1", "b0": "r2", "b1": "r2", "s1": "r1"}
+    doc = r.plan(["a0", "a1", "b0", "b1", "s1"], 3, max_unavailable=3, units=UNITS, canary_values=values,
+                 max_fail_percentage=50)
+    assert doc["canaries"] == ["a0", "a1", "b0", "b1"] and doc["window"]["serial"] == [4, 1]
+    # 50 % of 3 units: one may fail.
+    assert doc["window"]["max_failures"] == 1
+
+
+def test_a_serial_in_hosts_is_refused_with_replicas_and_lost_or_idle_nodes_count_their_replica():
+    errors = r.plan(["a0", "a1", "s1"], 7, serial=[1, 2], units=UNITS)["errors"]
+    assert errors and "would split a replica (a, b, c)" in errors[0] and "sglang_serial" in errors[0]
+    doc = r.plan(["a0", "a1", "s1", "s2"], 7, max_unavailable=2, units=UNITS, unavailable=["b1"],
+                 not_serving=["c0"])
+    # b is lost (one unit of the budget of 2), c is out of rotation already.
+    assert doc["budget"] == 1 and doc["unavailable"] == ["b0", "b1"]
+    assert doc["window"]["kept_out"] == ["c0", "c1", "c2"]

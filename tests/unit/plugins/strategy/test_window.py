@@ -91,12 +91,13 @@ STOPPED_TAKE = "stopped before leaving rotation"
 
 
 def run(tmp_path, size=2, hosts=HOSTS, canaries=("h1",), forks=10, max_failures=0, lookahead=None, down=(),
-        stop_file=False, not_serving=(), **knobs):
+        stop_file=False, not_serving=(), units=None, **knobs):
     rest = [h for h in list(hosts) + list(down) if h not in canaries]
     window = {"size": size, "budget": size, "max_failures": max_failures, "lookahead": lookahead,
               "canaries": list(canaries), "hosts": len(hosts) + len(down),
               "serial": ([len(canaries)] if canaries else []) + [len(rest)],
-              "stop_file": None if stop_file == "default" else str(tmp_path / "STOP"), "kept_out": list(not_serving)}
+              "stop_file": None if stop_file == "default" else str(tmp_path / "STOP"), "kept_out": list(not_serving),
+              "units": dict(units or {})}
     if stop_file == "default":
         # Unset: STOP in the report directory (the report callback's, SGLANG_REPORT_DIR here).
         (tmp_path / "reports").mkdir()
@@ -271,3 +272,21 @@ def test_hosts_not_serving_hold_their_slots_from_the_start(tmp_path):
     # While h2 was out (on its own slot) and "idle" held the other, nobody else was: one at a time
     # once h2 is back, since "idle" keeps its slot to the end.
     assert [int(used) for h, what, used, _ in lines if what == "leaves rotation" and h != "h2"] == [2, 2, 2]
+
+
+def test_a_replicas_nodes_leave_rotation_on_one_slot(tmp_path):
+    units = {"h1": "a", "h2": "a", "h3": "b", "h4": "b", "h5": "c", "h6": "c"}
+    proc, log = run(tmp_path, size=1, hosts=HOSTS[:6], canaries=(), units=units, lookahead=0, delay=1.0)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # At every moment the hosts out of rotation are nodes of one replica (a window of 1 replica), whatever
+    # the order in which a loaded machine lets them reach their slots. (That a replica's nodes leave
+    # together is the per-replica transaction's, not the window's.)
+    out = set()
+    for what, host in log:
+        if what == "out":
+            out.add(host)
+        elif what == "back":
+            out.discard(host)
+        assert len({units[h] for h in out}) <= 1, log
+    assert sorted(h for what, h in log if what == "back") == HOSTS[:6]
+    assert all(int(used) <= 1 for _, _, used, _ in slots(proc.stdout))
