@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from double_harness import (DEEPSEEK_V3_LAYERS, DOUBLE, Double, companion_patch, free_port, http, make_models,
+from double_harness import (DEEPSEEK_V3_LAYERS, DOUBLE, REPO, Double, companion_patch, free_port, http, make_models,
                             make_site, patch_embedding_capture, remediated_double, spec_flags)
 
 
@@ -255,7 +256,44 @@ def test_a_key_closes_every_route_but_health_and_metrics(tmp_path: Path, run_dou
     assert status == 200 and info["api_key"] == KEY and info["admin_api_key"] == ADMIN
     assert "config" not in info
     assert http(double.port, "/generate", generate, headers={"Authorization": "bearer " + KEY})[0] == 200
-    assert KEY not in double.output() and ADMIN not in double.output()
+    # As the release: server_args=ServerArgs(...) at INFO, on the engine's logger, the keys in its repr.
+    line = next(x for x in double.output().splitlines() if "server_args=ServerArgs(" in x)
+    assert "api_key=%r" % KEY in line and "admin_api_key=%r" % ADMIN in line
+
+
+def _roles_logging_config(tmp_path: Path) -> Path:
+    """The role's own logging configuration (roles/sglang/vars/main.yml, _sglang_logging_config), as the role writes it."""
+    import yaml
+    doc = yaml.safe_load((REPO / "roles" / "sglang" / "vars" / "main.yml").read_text())["_sglang_logging_config"]
+    path = tmp_path / "sglang.logging.json"
+    path.write_text(json.dumps(doc, indent=4, sort_keys=True))
+    return path
+
+
+def test_the_roles_logging_configuration_keeps_the_keys_out_and_the_rest_of_the_log_in(tmp_path: Path,
+                                                                                         run_double: Any) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    flags = spec_flags(target, draft, 15, 1, 16) + ["--api-key", KEY, "--admin-api-key", ADMIN]
+    double = run_double(flags, site, SGLANG_LOGGING_CONFIG_PATH=str(_roles_logging_config(tmp_path)))
+    double.wait_healthy()
+    out = double.output()
+    assert KEY not in out and ADMIN not in out and "server_args=" not in out
+    # The other INFO lines stay, in SGLang's format.
+    assert "The server is fired up and ready to roll!" in out
+    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] installed sglang: 0\.5\.9", out, re.M), out
+
+
+def test_a_logging_configuration_that_is_not_there_fails_the_start(tmp_path: Path) -> None:
+    site = make_site(tmp_path, "0.5.9", FAKE_PRISTINE_059, GRAPH_RUNNER_RESETS)
+    target, draft = make_models(tmp_path, None)
+    env = dict(os.environ, SGLANG_TEST_DOUBLE_SITE_PACKAGES=str(site),
+               SGLANG_LOGGING_CONFIG_PATH=str(tmp_path / "missing.json"))
+    proc = subprocess.run([sys.executable, str(DOUBLE), *spec_flags(target, draft, 15, 1, 16)], capture_output=True,
+                          text=True, timeout=30, env=env)
+    assert proc.returncode == 1
+    assert "SGLANG_LOGGING_CONFIG_PATH from env with %s but it does not exist!" % (tmp_path / "missing.json") \
+        in proc.stderr
 
 
 def test_a_flag_on_the_command_line_wins_over_the_config_file(tmp_path: Path, run_double: Any) -> None:

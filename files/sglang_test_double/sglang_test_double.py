@@ -103,6 +103,7 @@ import glob
 import importlib.util
 import json
 import logging
+import logging.config
 import os
 import re
 import signal
@@ -132,6 +133,10 @@ ENV_EXIT_AT_START = "SGLANG_TEST_DOUBLE_EXIT_AT_START"
 ENV_RUN_SETTINGS = "SGLANG_TEST_DOUBLE_RUN_SETTINGS"
 ENV_API_KEY = "SGLANG_TEST_DOUBLE_API_KEY"
 ENV_MARK_ROOT = "SGLANG_TEST_DOUBLE_MARK_ROOT"
+# SGLang's own: the logging configuration it reads instead of --log-level.
+ENV_LOGGING_CONFIG = "SGLANG_LOGGING_CONFIG_PATH"
+# The logger of srt/entrypoints/engine.py, which logs the server args.
+ENGINE_LOGGER = "sglang.srt.entrypoints.engine"
 # The test bed's mark rule (plugins/module_utils/_testbed.py): installed beside this file by
 # playbooks/testbed-prepare.yml; in a checkout, where the collection keeps it.
 MARK_RULE_PLACES = ("_testbed.py", os.path.join("..", "..", "plugins", "module_utils", "_testbed.py"))
@@ -1878,6 +1883,37 @@ def testbed_mark_problem(environ: typing.Mapping[str, str]) -> str:
     return "the mark's rule (_testbed.py) is neither beside the double nor in a checkout"
 
 
+def configure_logger(args: argparse.Namespace, environ: typing.Mapping[str, str]) -> str:
+    """SGLang's configure_logger (0.5.9, 0.5.12.post1 and 0.5.14 ``srt/utils/common.py``): the dictConfig of the
+    JSON file SGLANG_LOGGING_CONFIG_PATH names, instead of --log-level, and an exception when that file does not
+    exist; else --log-level's level and SGLang's format. Returns why the server would die ("" when it would not)."""
+    path = environ.get(ENV_LOGGING_CONFIG)
+    if path:
+        if not os.path.exists(path):
+            return "Exception: Setting SGLANG_LOGGING_CONFIG_PATH from env with %s but it does not exist!" % path
+        try:
+            with open(path, encoding="utf-8") as fh:
+                logging.config.dictConfig(json.load(fh))
+        except (OSError, ValueError, TypeError, AttributeError, ImportError) as exc:
+            return "%s: %s" % (type(exc).__name__, exc)
+        return ""
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    logging.basicConfig(stream=sys.stdout, level=level, format="[%(asctime)s] %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", force=True)
+    return ""
+
+
+def log_server_args(args: argparse.Namespace, api_key: Optional[str]) -> None:
+    """``logger.info(f"{server_args=}")`` as the release does once the logger is configured (0.5.9
+    ``srt/entrypoints/engine.py`` line 1031, 0.5.12.post1 line 773, 0.5.14 line 784), on the engine's own
+    logger: ServerArgs is a plain dataclass, so its repr holds every field, the keys included."""
+    fields = dict(vars(args))
+    fields.pop("config", None)
+    fields["api_key"] = api_key
+    body = ", ".join("%s=%r" % (name, value) for name, value in fields.items())
+    logging.getLogger(ENGINE_LOGGER).info("server_args=ServerArgs(%s)", body)
+
+
 def append_start_log(path: str, started: float, healthy: float) -> None:
     """One line per healthy start; fleet tests use it to prove batches don't overlap."""
     with open(path, "a", encoding="utf-8") as fh:
@@ -1890,8 +1926,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     environ = os.environ if environ is None else environ
     parser = build_parser()
     args = parser.parse_args(merge_config(list(sys.argv[1:] if argv is None else argv), parser))
-    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
-    logging.basicConfig(stream=sys.stdout, level=level, format="[%(asctime)s] [test-double] %(levelname)s %(message)s")
+    problem = configure_logger(args, environ)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     LOG.warning("THIS IS THE SGLANG TEST DOUBLE, NOT SGLANG: no model is loaded")
     unmarked = testbed_mark_problem(environ)
     if unmarked:
@@ -1955,6 +1993,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     follower = args.node_rank >= 1
     state = DoubleState(args, params, version, wiring, accept, fail_health, degrade_after, degraded)
     state.api_key = environ.get(ENV_API_KEY) or args.api_key or None
+    log_server_args(args, state.api_key)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())

@@ -152,6 +152,17 @@ def soak_verdict(result: Any) -> str:
     return _rollout.soak_verdict(dict(result or {}))
 
 
+def failure_message(result: Any, task: Any = None) -> str:
+    """Why a task failed, as a rescue may keep it for the run record and the report: its result's ``msg``,
+    trimmed; never the message of a task that handles secrets (``no_log``), whose raw result a rescue still
+    sees (Ansible hides it from the output, not from ``ansible_failed_result``)."""
+    task = task if isinstance(task, dict) else {}
+    if task.get("no_log") in (True, "true", "True", "yes"):
+        return "its message is not shown: the task handles secrets (no_log)"
+    result = result if isinstance(result, dict) else {}
+    return str(result.get("msg") or "failed").strip()
+
+
 def report_merge(parts: Any, expect_hosts: Any = None, rollout_id: Any = None) -> dict[str, Any]:
     """The fleet reports of one rollout's jobs as one (plugin_utils/_report.py's merge_reports, the callback's model):
     ``report`` (the fleet.json document), ``markdown`` (fleet.md), ``attention`` (the hosts that need it) and
@@ -210,6 +221,7 @@ class FilterModule:
             "rollout_plan": rollout_plan,
             "report_merge": report_merge,
             "soak_verdict": soak_verdict,
+            "failure_message": failure_message,
             "lease_break_errors": lease_break_errors,
             "noncompliant_hosts": noncompliant_hosts,
             "remediation_row": remediation_row,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -135,8 +136,23 @@ def expanded(paths: Sequence[str]) -> List[str]:
     return out
 
 
+# A flag whose value is a secret (--api-key, --admin-api-key, a token, a password), by its name: an
+# older collection (1.x) put the keys on the command line, and a message must not show them.
+_SECRET_FLAG = re.compile(r"^--?[A-Za-z0-9_-]*(key|token|secret|passw)", re.I)
+
+
+def _shown(items: List[str], pos: int) -> str:
+    """Item ``pos`` of a command line as a message may show it: a secret flag's value hidden."""
+    item = items[pos]
+    if _SECRET_FLAG.match(item) and "=" in item:
+        return "%r" % (item.split("=", 1)[0] + "=<hidden>")
+    if pos > 0 and _SECRET_FLAG.match(items[pos - 1]) and "=" not in items[pos - 1]:
+        return "<hidden: the value of %s>" % items[pos - 1]
+    return "%r" % item
+
+
 def _first_difference(have: List[str], want: List[str]) -> str:
     for pos, (a, b) in enumerate(zip(have, want)):
         if a != b:
-            return "; item %d is %r, rendered %r" % (pos, a, b)
+            return "; item %d is %s, rendered %s" % (pos, _shown(have, pos), _shown(want, pos))
     return ""

@@ -269,16 +269,27 @@ def check_server_command(var: str, value: Any, _values: Mapping[str, Any], accep
     return []
 
 
-def check_environment(var: str, value: Any, _values: Mapping[str, Any], accepted: str) -> List[str]:
+# Set by the role where a key is set (templates/sglang.env.j2): SGLang logs its server args, keys included,
+# unless its logging configuration quiets the loggers that do.
+LOGGING_CONFIG_ENV = "SGLANG_LOGGING_CONFIG_PATH"
+
+
+def check_environment(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
     """Keys and values of the 0600 environment file; values are never shown (secrets)."""
     if not isinstance(value, Mapping):
         return ["%s is a %s, not a mapping; accepted: %s." % (var, _kind(value), accepted)]
     errors = []
+    keyed = any(isinstance(values.get(k), str) and values.get(k) for k in ("sglang_api_key", "sglang_admin_api_key"))
     for key, item in value.items():
         if not isinstance(key, str) or not ENV_KEY_RE.match(key):
             errors.append(message("%s key" % var, key, "is not an environment variable name", accepted))
             continue
         where = "%s.%s" % (var, key)
+        if key == LOGGING_CONFIG_ENV and keyed:
+            errors.append("%s is set, but with sglang_api_key or sglang_admin_api_key the role sets it: SGLang logs its "
+                          "server args, the keys in them, unless its logging configuration (the role's) quiets the "
+                          "loggers that print them; remove %s from %s." % (where, key, var))
+            continue
         if isinstance(item, bool) or not isinstance(item, (str, int, float)):
             errors.append("%s is a %s (value not shown: it may be a secret); accepted: %s." % (where, _kind(item), accepted))
         elif isinstance(item, str) and any(ord(c) > 126 for c in item):

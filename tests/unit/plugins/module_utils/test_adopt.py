@@ -70,6 +70,28 @@ def test_another_command_line_environment_or_a_later_change_blocks_it(sleeper, t
     assert A.adoption_blockers(gone.pid, argv, str(env_file), [])[0].startswith("the running server cannot be read")
 
 
+@pytest.mark.parametrize("running, rendered, shown", [
+    (["--api-key=s3cret-legacy"], ["--config"], "item 3 is '--api-key=<hidden>', rendered '--config'"),
+    (["--api-key", "s3cret-legacy"], ["--api-key", "other-s3cret"],
+     "item 4 is <hidden: the value of --api-key>, rendered <hidden: the value of --api-key>"),
+    (["--admin-api-key", "s3cret-legacy"], ["--host"], "item 3 is '--admin-api-key', rendered '--host'"),
+])
+def test_a_difference_never_shows_a_secret_flags_value(tmp_path, running, rendered, shown):
+    """A server an older collection started with its keys on the command line: the message names the
+    difference, not the key."""
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"] + running
+    proc = subprocess.Popen(argv)
+    try:
+        time.sleep(0.3)
+        env_file = tmp_path / "sglang.env"
+        env_file.write_text("")
+        (blocker,) = A.adoption_blockers(proc.pid, argv[:3] + rendered, str(env_file), [])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert shown in blocker and "s3cret" not in blocker, blocker
+
+
 def test_the_start_time_is_the_process_s_own(sleeper):
     proc = sleeper[0]
     assert abs(A.process_start_time(proc.pid) - time.time()) < 30

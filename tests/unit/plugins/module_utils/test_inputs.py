@@ -244,6 +244,15 @@ def test_environment_values_are_never_shown():
 KEY = "a-real-looking-secret-9f8e7d"
 
 
+def test_the_logging_configuration_is_the_roles_where_a_key_is_set():
+    own = {"SGLANG_LOGGING_CONFIG_PATH": "/etc/mine.json"}
+    assert errors(sglang_environment=own) == []
+    (text,) = errors(sglang_environment=own, sglang_api_key=KEY)
+    assert text.startswith("sglang_environment.SGLANG_LOGGING_CONFIG_PATH is set, but with sglang_api_key"), text
+    assert "remove SGLANG_LOGGING_CONFIG_PATH from sglang_environment" in text and KEY not in text
+    assert errors(sglang_environment=own, sglang_admin_api_key=KEY)
+
+
 @pytest.mark.parametrize("var", ["sglang_api_key", "sglang_admin_api_key"])
 def test_api_keys_accepted(var):
     assert errors(**{var: KEY}) == [] and errors(**{var: ""}) == []
