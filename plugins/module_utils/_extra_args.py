@@ -84,6 +84,11 @@ OPAQUE_DESTS = {
         "cannot check them; give the flags in sglang_extra_args instead"
     ),
 }
+# --trust-remote-code: SGLang, and the role's flag check as root (prepare_server_args reaches
+# AutoConfig.from_pretrained on 0.5.9), then run the Python files of the model directories. Only where
+# sglang_trust_remote_code says so, and those directories are then root's all the way down (_rootpaths).
+REMOTE_CODE_DEST = "trust_remote_code"
+REMOTE_CODE_VAR = "sglang_trust_remote_code"
 # The server's API keys: never on its command line, which every local user reads in
 # /proc/<pid>/cmdline and `systemctl show`. The role writes them to the 0640 file that
 # its --config flag names (sglang_api_key, sglang_admin_api_key).
@@ -217,7 +222,7 @@ def _override_errors(value: str, var: str, pos: int) -> List[str]:
 
 
 def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release: str = "",
-                      var: str = "sglang_extra_args") -> List[str]:
+                      var: str = "sglang_extra_args", trust_remote_code: bool = False) -> List[str]:
     """Every reason ``extra_args`` cannot be appended to the role's flags for this release.
 
     Each message names the variable, the offending item and the fix.
@@ -286,6 +291,12 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
             errors.append("%s[%d] is %s, refused: %s. Remove it from %s"
                           % (var, pos, spelled, CAPTURE_BREAKING[dest], var))
             continue
+        if dest == REMOTE_CODE_DEST and not trust_remote_code:
+            errors.append("%s[%d] is %s, refused: it makes SGLang, and the role's flag check as root, run the Python "
+                          "files of the model directories (sglang_model_path, sglang_draft_model_path), where whoever "
+                          "can write them runs code as root. Remove it, or set %s: true, which also requires those "
+                          "directories to be root's and writable by nobody else" % (var, pos, spelled, REMOTE_CODE_VAR))
+            continue
         if dest in OPAQUE_DESTS:
             errors.append("%s[%d] is %s, refused: %s" % (var, pos, spelled, OPAQUE_DESTS[dest]))
             continue
@@ -302,7 +313,8 @@ def extra_args_errors(extra_args: Sequence[Any], table: Dict[str, Any], release:
 
 
 def check_venv(venv: str, extra_args: Sequence[Any], release: str = "",
-               memo_file: Optional[str] = None, key_vars: Sequence[str] = ()) -> Dict[str, Any]:
+               memo_file: Optional[str] = None, key_vars: Sequence[str] = (),
+               trust_remote_code: bool = False) -> Dict[str, Any]:
     """Read the release in ``venv`` and judge ``extra_args``, and whether it takes the keys that
     are set (``key_vars``: variable names, never values); ``checked`` False without an install.
 
@@ -324,7 +336,8 @@ def check_venv(venv: str, extra_args: Sequence[Any], release: str = "",
     table, memo, key = read_flag_table_memoized(site, memo_file)
     result.update(checked=True, memo=memo, memo_key=key, table=table, allow_abbrev=table["allow_abbrev"],
                   options=len(table["options"]), sources=table["sources"],
-                  errors=key_route_errors(table, release, key_vars) + extra_args_errors(extra_args, table, release))
+                  errors=key_route_errors(table, release, key_vars)
+                  + extra_args_errors(extra_args, table, release, trust_remote_code=trust_remote_code))
     return result
 
 

@@ -115,6 +115,7 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_port": Variable("an integer from 1 to 65535", check_int_range(1, 65535)),
     "sglang_mem_fraction_static": accepting("null or a number between 0 and 1 (both excluded)", check_mem_fraction),
     "sglang_disable_cuda_graph": Variable(ACCEPTED_BOOL, check_bool),
+    "sglang_trust_remote_code": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_enable_metrics": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_extra_args": Variable("a list of strings, one item per argument; no --api-key or --admin-api-key "
                                   "(sglang_api_key, sglang_admin_api_key)", check_extra_args),

@@ -84,18 +84,37 @@ def writers(path: str) -> List[Tuple[str, str]]:
     return found
 
 
+def _entries(directory: str) -> List[str]:
+    try:
+        return [os.path.join(directory, name) for name in sorted(os.listdir(directory))]
+    except OSError:
+        return []
+
+
 def root_path_errors(paths: Dict[str, str]) -> List[str]:
     """One refusal per labelled path (a variable name, or what the path is) that lies under a
-    directory, or is a file, someone else than root can change."""
+    directory, or is a file, someone else than root can change. ``tree:<dir>`` also checks each entry
+    of the directory, and what it links to (a model directory whose Python files root may run:
+    sglang_trust_remote_code; a Hugging Face snapshot's links into its blobs included)."""
     errors = []
     for label, path in paths.items():
         if not path:
             continue
-        found = writers(str(path))
+        path = str(path)
+        found = []  # type: List[Tuple[str, str]]
+        if path.startswith("tree:"):
+            path = path[len("tree:"):]
+            for candidate in [path] + _entries(path):
+                found = writers(candidate)
+                if found:
+                    break
+        else:
+            found = writers(path)
         if not found:
             continue
         component, why = found[0]
-        where = "is" if component == os.path.normpath(str(path)) else "lies under"
+        base = os.path.normpath(path)
+        where = "is" if component == base else ("holds" if component.startswith(base + "/") else "lies under")
         errors.append(
             "%s=%s %s %s, %s: whoever can write there can replace what root runs or trusts from it (pip, the "
             "flag check, the change sets). Use a path whose every directory is root's and writable by root only, "

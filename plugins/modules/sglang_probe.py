@@ -179,6 +179,12 @@ options:
     type: list
     elements: str
     default: []
+  trust_remote_code:
+    description:
+      - Whether C(--trust-remote-code) may be given in O(extra_args) (the role's V(sglang_trust_remote_code)); refused
+        there without it.
+    type: bool
+    default: false
   root_paths:
     description:
       - Paths whose code or data root runs or trusts, by the variable that names them (the venv, the interpreter
@@ -984,7 +990,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
         # sglang_extra_args fails the probe, so nothing on the host is touched.
         try:
             flags = check_venv(p["venv"], p["extra_args"] or [], audit["release"], p["flags_memo_file"],
-                               key_vars=p["key_vars"])
+                               key_vars=p["key_vars"], trust_remote_code=p["trust_remote_code"])
         except (OSError, ValueError, SyntaxError) as exc:
             flags = {"checked": False, "memo_key": None, "table": None,
                      "errors": ["sglang_extra_args cannot be checked: the launch flags of SGLang %s could not "
@@ -1063,6 +1069,7 @@ def main():
             lease_file=dict(type="path"),
             extra_args=dict(type="list", elements="raw", default=[]),
             key_vars=dict(type="list", elements="str", default=[], no_log=False),
+            trust_remote_code=dict(type="bool", default=False),
             flags_memo_file=dict(type="path"),
             root_paths=dict(type="dict", default={}),
             live=dict(type="dict", options=dict(

@@ -61,6 +61,12 @@ options:
     type: list
     elements: str
     default: []
+  trust_remote_code:
+    description:
+      - Whether C(--trust-remote-code) may be given in O(extra_args) (the role's V(sglang_trust_remote_code)); refused
+        there without it.
+    type: bool
+    default: false
   expected_version:
     description:
       - Check only when this release is installed; another one (an install still to come, or in check
@@ -248,6 +254,7 @@ def main():
             venv=dict(type="path", required=True),
             extra_args=dict(type="list", elements="raw", default=[]),
             key_vars=dict(type="list", elements="str", default=[], no_log=False),
+            trust_remote_code=dict(type="bool", default=False),
             expected_version=dict(type="str", default=""),
             required=dict(type="bool", default=False),
             resolve=dict(type="list", elements="str"),
@@ -268,7 +275,8 @@ def main():
             release, p["expected_version"])
         module.exit_json(**result)
     try:
-        flags = check_venv(p["venv"], p["extra_args"] or [], release, key_vars=p["key_vars"])
+        flags = check_venv(p["venv"], p["extra_args"] or [], release, key_vars=p["key_vars"],
+                           trust_remote_code=p["trust_remote_code"])
     except (OSError, ValueError, SyntaxError) as exc:
         module.fail_json(msg="cannot read the launch flags of SGLang %s in %s: %s" % (release, p["venv"], exc),
                          **result)

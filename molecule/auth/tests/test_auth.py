@@ -84,7 +84,13 @@ def test_a_key_set_on_a_converged_host_restarts_it_once_behind_the_keyed_gate(ho
     result, row = run(REMEDIATE, KEYS["first"], KEYS["first_admin"], ("--diff",))
     assert result.rc == 0, result.tail(120)
     assert starts(host) == before + 1
-    assert "restart: api_keys changed since the last healthy start; unit changed" in result.output, result.tail(120)
+    # The keys' file, the logging configuration that keeps them out of the journal, the environment that
+    # names it and the unit's --config: one restart for all four.
+    assert ("restart: api_keys changed since the last healthy start; environment changed since the last healthy "
+            "start; logging changed since the last healthy start; unit changed") in result.output, result.tail(120)
+    logging_file = host.file("/etc/sglang/sglang.logging.json")
+    assert (logging_file.mode, logging_file.user, logging_file.group) == (0o640, "root", "sglang")
+    assert json.loads(logging_file.content_string)["loggers"]["sglang.srt.entrypoints.engine"] == {"level": "WARNING"}
     keys = host.file(KEYS_FILE)
     assert (keys.mode, keys.user, keys.group) == (0o640, "root", "sglang")
     assert json.dumps(KEYS["first"]) in keys.content_string and json.dumps(KEYS["first_admin"]) in keys.content_string
@@ -208,6 +214,8 @@ def test_removing_the_keys_removes_the_file_and_the_flag_and_restarts_once(host)
     assert result.rc == 0 and row["status"] == "changed" and row["restarted"] is True, result.tail(120)
     assert starts(host) == before + 1
     assert not host.file(KEYS_FILE).exists and "--config" not in host.file(UNIT).content_string
+    assert not host.file("/etc/sglang/sglang.logging.json").exists
+    assert "SGLANG_LOGGING_CONFIG_PATH" not in host.file(ENV_FILE).content_string
     assert status(host, "/server_info") == 200
     result, _row = run(REMEDIATE, "", "")
     assert result.rc == 0 and result.changed() == 0 and starts(host) == before + 1, result.tail(120)

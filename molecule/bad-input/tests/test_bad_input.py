@@ -165,6 +165,13 @@ CASES += [
          ["sglang_wheelhouse_remote=/var/cache/sglang/wheelhouse lies under /var/cache/sglang",
           "writable by every user (mode 0777)"],
          breaks="chmod 0777 /var/cache/sglang", restore="chmod 0755 /var/cache/sglang"),
+    # Remote code: refused without the opt-in; with it, a model directory holding a file another user owns.
+    Case("remote_code_without_the_opt_in", {"sglang_extra_args": ["--trust-remote-code"]},
+         ["sglang_extra_args[0] is '--trust-remote-code'", "set sglang_trust_remote_code: true"]),
+    Case("remote_code_in_a_draft_directory_the_service_user_can_write",
+         {"sglang_extra_args": ["--trust-remote-code"], "sglang_trust_remote_code": True},
+         ["sglang_draft_model_path=%s holds %s/config.json, owned by sglang" % (DRAFT_DIR, DRAFT_DIR)],
+         breaks="chown sglang %s/config.json" % DRAFT_DIR, restore="chown root %s/config.json" % DRAFT_DIR),
     Case("extra_directive_running_a_command_as_root",
          {"sglang_service_extra_directives": {"Service": {"ExecStartPre": "+/bin/touch /pwned"}}},
          ["sglang_service_extra_directives['Service']: ExecStartPre is not accepted"]),

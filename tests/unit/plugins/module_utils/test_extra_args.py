@@ -82,8 +82,9 @@ def test_aliases_share_the_managed_dest(tables, version):
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_the_readme_extra_args_pass(tables, version):
-    """What users legitimately put there stays accepted on every release."""
-    ok = ["--trust-remote-code", "--log-level", "info", "--context-length", "32768",
+    """What users legitimately put there stays accepted on every release (--trust-remote-code only with
+    sglang_trust_remote_code: test_remote_code_is_refused_unless_sglang_trust_remote_code_allows_it)."""
+    ok = ["--log-level", "info", "--context-length", "32768",
           "--chunked-prefill-size=8192", "--max-running-requests", "64", "--enable-torch-compile",
           "--json-model-override-args", '{"rope_scaling": null}', "--watchdog-timeout", "-1"]
     assert S.extra_args_errors(ok, tables[version], version) == []
@@ -119,7 +120,9 @@ def test_anything_that_reaches_a_managed_dest_is_refused(tables, version, extra,
 
 @pytest.mark.parametrize("version", RELEASES)
 def test_unknown_flags_are_refused_with_a_suggestion(tables, version):
-    errors = S.extra_args_errors(["--enable-metric-fancy", "--trust-remote-cod"], tables[version], version)
+    # (--trust-remote-code, allowed here, as any plain store_true flag of every release)
+    errors = S.extra_args_errors(["--enable-metric-fancy", "--trust-remote-cod"], tables[version], version,
+                                 trust_remote_code=True)
     assert len(errors) == 1  # the second is a valid abbreviation of --trust-remote-code
     assert "sglang_extra_args[0] is '--enable-metric-fancy', a flag SGLang %s does not accept" % version in errors[0]
     assert "crash-loop" in errors[0]
@@ -135,7 +138,8 @@ def test_ambiguous_prefixes_and_odd_items(tables, version):
     assert "is '--', a flag" in S.extra_args_errors(["--"], table, version)[0]
     assert "a value with no flag before it" in S.extra_args_errors(["8"], table, version)[0]
     assert "every item must be a string" in S.extra_args_errors([8], table, version)[0]
-    assert "takes no value" in S.extra_args_errors(["--trust-remote-code=yes"], table, version)[0]
+    assert "takes no value" in S.extra_args_errors(["--trust-remote-code=yes"], table, version,
+                                                   trust_remote_code=True)[0]
 
 
 @pytest.mark.parametrize("version", RELEASES)
@@ -249,3 +253,15 @@ def test_an_unknown_layout_is_an_error_not_an_empty_table(tmp_path):
     path.write_text("class Other:\n    pass\n")
     with pytest.raises(ValueError, match="no class ServerArgs"):
         T.read_flag_table(str(tmp_path))
+
+
+@pytest.mark.parametrize("version", RELEASES)
+@pytest.mark.parametrize("arg", ["--trust-remote-code", "--trust-remote"])
+def test_remote_code_is_refused_unless_sglang_trust_remote_code_allows_it(tables, version, arg):
+    """The model directories' Python files would run, as the server and as root in the flag check."""
+    table = tables[version]
+    assert table["options"]["--trust-remote-code"]["dest"] == S.REMOTE_CODE_DEST
+    (error,) = S.extra_args_errors([arg], table, version)
+    assert error.startswith("sglang_extra_args[0] is '%s'" % arg) and "set sglang_trust_remote_code: true" in error
+    assert "root's and writable by nobody else" in error
+    assert S.extra_args_errors([arg], table, version, trust_remote_code=True) == []

@@ -92,3 +92,28 @@ def test_the_probe_refuses_before_reading_anything_else(host):
     assert rc != 0 and res["failed"], res
     assert res["msg"].startswith("refused: sglang_venv=%s lies under /tmp, writable by every user (mode 1777)" % h.venv)
     assert "sglang_python" not in res["msg"] and "compliant" not in res, res
+
+
+def test_a_model_tree_is_checked_entry_by_entry_and_through_its_links(tree, tmp_path):
+    """sglang_trust_remote_code: the model directories' Python files run, so each entry must be root's too;
+    a Hugging Face snapshot's links are followed into the blobs."""
+    model = tree / "model"
+    model.mkdir(mode=0o755)
+    code = model / "modeling_deepseek.py"
+    code.write_text("print('remote code')\n")
+    os.chmod(code, 0o644)
+    assert RP.root_path_errors({"sglang_model_path": "tree:%s" % model}) == []
+    os.chown(code, NOBODY, -1)
+    (found,) = RP.root_path_errors({"sglang_model_path": "tree:%s" % model})
+    assert found.startswith("sglang_model_path=%s holds %s, owned by" % (model, code)), found
+    # Without tree: only the directory and those above it are judged.
+    assert RP.root_path_errors({"sglang_model_path": str(model)}) == []
+    os.chown(code, 0, -1)
+    blob = tree / "blob"
+    blob.mkdir(mode=0o755)
+    target = blob / "configuration_deepseek.py"
+    target.write_text("")
+    os.chmod(target, 0o646)
+    (model / "configuration_deepseek.py").symlink_to(target)
+    (found,) = RP.root_path_errors({"sglang_model_path": "tree:%s" % model})
+    assert "writable by every user (mode 0646)" in found and str(target) in found, found
