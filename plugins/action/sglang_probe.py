@@ -44,6 +44,7 @@ from ansible_collections.fleetops.sglang.plugins.plugin_utils import _fastpath
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode
+from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import split_secret
 
 display = Display()
 
@@ -320,7 +321,11 @@ class ActionModule(ActionBase):
             if spec.get("template"):
                 spec["sha256"] = self._render_sha256(spec.pop("template"), task_vars)
             files[name] = spec
-        args["files"] = files
+        # A secret-bearing file's sha256 never in the module's shown arguments (AWX's job events, -vvv): its
+        # no_log argument.
+        args["files"], secret = split_secret(files)
+        if secret:
+            args["secret_sha256"] = secret
         audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
         if args.get("textfile"):
             args["textfile"] = textfile_args(args["textfile"], audit)

@@ -251,9 +251,10 @@ def changes(manifest: Dict[str, Any]) -> List[str]:
             if now != entry["version"]:
                 out.append("sglang %s -> %s in %s" % (entry["version"] or "(none)", now or "(none)", entry["venv"]))
         elif entry["kind"] == "file" and entry["by"] == "open" and _differs(entry):
-            exists, digest, _mode, _ids_ = _current(entry["path"])
-            out.append("%s %s -> %s" % (entry["path"], entry.get("sha256", "(absent)")[:12] if entry["existed"]
-                                        else "(absent)", digest[:12] if exists else "(absent)"))
+            exists, digest, mode, _ids_ = _current(entry["path"])
+            before = _shown_digest(entry.get("sha256"), entry.get("mode"), 12) if entry["existed"] else "(absent)"
+            after = _shown_digest(digest, mode, 12) if exists else "(absent)"
+            out.append("%s %s -> %s" % (entry["path"], before or "(not shown)", after or "(not shown)"))
     return out
 
 
@@ -296,6 +297,18 @@ def rollback_targets(state_dir: str) -> List[str]:
 # ------------------------------------------------------------------ restore
 
 
+def _shown_digest(digest: Optional[str], mode: Any, length: int = 64) -> Optional[str]:
+    """A file's sha256 as an output may show it: not for a file other users may not read (the environment
+    file, the API keys' file: 0600, 0640), whose hash would let a reader guess a short secret offline."""
+    if digest is None:
+        return None
+    try:
+        readable = int(str(mode), 8) & 0o004
+    except (TypeError, ValueError):
+        readable = 0
+    return digest[:length] if readable else None
+
+
 def _put_back(set_dir: str, entry: Dict[str, Any], check_mode: bool) -> Optional[Tuple[str, Dict[str, Any]]]:
     """One file as the set recorded it: (the report line, the file's record), or None when it already is.
 
@@ -316,8 +329,10 @@ def _put_back(set_dir: str, entry: Dict[str, Any], check_mode: bool) -> Optional
         # Mode and owner set on the temp file, before the rename: no reader sees other ones.
         like = os.stat_result((int(entry["mode"], 8), 0, 0, 0, entry["uid"], entry["gid"], 0, 0, 0, 0))
         atomic_write(path, data, like=like, dir_mode=0o755, owner="strict", durable=True)
-    return ("%s restored to sha256 %s (%s %s)" % (path, entry["sha256"], entry["mode"], entry["owner"]),
-            {"path": path, "sha256": entry["sha256"], "mode": entry["mode"], "owner": entry["owner"]})
+    digest = _shown_digest(entry["sha256"], entry["mode"])
+    return ("%s restored to %s (%s %s)" % (path, "sha256 %s" % digest if digest else "its earlier content (its sha256 "
+                                           "is not shown: other users may not read it)", entry["mode"], entry["owner"]),
+            {"path": path, "sha256": digest, "mode": entry["mode"], "owner": entry["owner"]})
 
 
 def _switch_back(entry: Dict[str, Any], check_mode: bool) -> List[Tuple[str, Optional[Dict[str, Any]]]]:

@@ -21,6 +21,34 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import atomic_write
 
 
+# The components whose files hold secrets: the environment file (tokens) and the API keys' file. A plain
+# sha256 of such a file in a run's output, an AWX job event or a report would let whoever reads it guess
+# a short key offline, so it is never shown (shown()), and the controller's sha256 of their renderings
+# reaches the probe in a no_log argument (sglang_probe's secret_sha256). The hashes stay where only root
+# reads them: the fingerprint file (0600 in a 0700 directory).
+SECRET_COMPONENTS = ("environment", "api_keys")
+HIDDEN = "not shown: the file holds credentials"
+
+
+def shown(fingerprint: Dict[str, Any]) -> Dict[str, Any]:
+    """``fingerprint`` (component -> sha256) as an output may show it: a secret-bearing file's hash hidden,
+    whether it exists kept."""
+    return {name: (HIDDEN if name in SECRET_COMPONENTS and value != "missing" else value)
+            for name, value in (fingerprint or {}).items()}
+
+
+def split_secret(files: Dict[str, Dict[str, Any]]) -> Tuple[Dict[str, Dict[str, Any]], Dict[str, str]]:
+    """``files`` (name -> {path, sha256}) as the probe takes them: the sha256 of each secret-bearing file moved
+    out, into the second dict (name -> sha256: its no_log argument)."""
+    shown_files, secret = {}, {}  # type: Dict[str, Dict[str, Any]], Dict[str, str]
+    for name, spec in (files or {}).items():
+        spec = dict(spec or {})
+        if name in SECRET_COMPONENTS and spec.get("sha256"):
+            secret[name] = str(spec.pop("sha256"))
+        shown_files[name] = spec
+    return shown_files, secret
+
+
 def tree_digest(directory: str) -> str:
     """sha256 of a directory's entries (name, size, modification time in whole seconds, links followed):
     what a server that reads the directory was started from, without reading gigabytes of weights.

@@ -120,6 +120,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
     changed_components,
     current_fingerprint,
+    shown,
     describe,
     load_recorded,
     service_active,
@@ -142,7 +143,7 @@ def main() -> None:
     active = service_active(p["service"], module.run_command, module.get_bin_path)
     changed = changed_components(current, recorded)
     reasons = describe(changed, active)
-    result = dict(changed=False, current=current, recorded=recorded.get("components", {}),
+    result = dict(changed=False, current=shown(current), recorded=shown(recorded.get("components", {})),
                   active=active, changed_components=changed, reasons=reasons, restart_needed=bool(reasons))
     module.exit_json(**result)
 

@@ -191,7 +191,14 @@ options:
         that creates it, the wheelhouse it installs from, the state directory). The probe fails, before it reads
         or writes anything else, when one of them, or a directory above one, can be changed by someone else than
         root (another owner, or write for others or a group other than root's); the message names the variable,
-        the directory and who can write it.
+        the directory and who can write it. A C(tree:<dir>) path is checked with each entry of the directory.
+    type: dict
+    default: {}
+  secret_sha256:
+    description:
+      - The sha256 of the controller's rendering of a secret-bearing file of O(files) (V(environment), V(api_keys)),
+        by the same name, instead of its C(sha256) there. The action plugin moves it here, an argument Ansible never
+        shows (C(no_log)), so that no output carries a plain hash of a file that holds secrets.
     type: dict
     default: {}
   flags_memo_file:
@@ -762,7 +769,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import cl
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
     FILE_CODES, codes, finding, release_not_pinned)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
-    changed_components, current_fingerprint, load_recorded, record, service_active)
+    changed_components, current_fingerprint, load_recorded, record, service_active, shown)
 from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
     get_layer_ids, same_ids, view_differences)
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
@@ -827,12 +834,14 @@ def draft_reasons(path, wanted, source=None):
     return [], found
 
 
-def file_reasons(files):
-    """The rendered files against their sha256 (findings); a missing file differs from its rendering too."""
+def file_reasons(files, secret_sha256=None):
+    """The rendered files against their sha256 (findings); a missing file differs from its rendering too. A
+    secret-bearing file's sha256 comes in ``secret_sha256`` (a no_log argument), by the same name."""
     reasons = []
     for name in sorted(files):
         spec = files[name] or {}
-        path, want = spec.get("path"), str(spec.get("sha256") or "").lower()
+        path = spec.get("path")
+        want = str(spec.get("sha256") or (secret_sha256 or {}).get(name) or "").lower()
         differs = FILE_CODES.get(name, "files.differs")
         if not path or not want:
             reasons.append(finding("files.bad_entry", "%s: files entries need path and sha256" % name))
@@ -874,7 +883,7 @@ def fingerprint_reasons(components, state_file, audit):
         return [finding("server.fingerprint_unreadable", "fingerprint: %s" % exc)], {"current": {}, "recorded": {}}
     recorded = load_recorded(state_file) if state_file else {}
     changed = changed_components(current, recorded)
-    info = {"current": current, "recorded": recorded.get("components", {})}
+    info = {"current": shown(current), "recorded": shown(recorded.get("components", {}))}
     if changed is None:
         return [finding(NO_HEALTHY_START, "no healthy start recorded: restart needed")], info
     if not changed:
@@ -1004,7 +1013,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
         reasons += draft
         result["draft_layer_ids_found"] = found
     if p["service_manage"]:
-        reasons += file_reasons(p["files"] or {})
+        reasons += file_reasons(p["files"] or {}, p["secret_sha256"] or {})
         fp_reasons, result["fingerprint"] = fingerprint_reasons(
             p["fingerprint_components"] or {}, p["fingerprint_file"], audit)
         reasons += fp_reasons
@@ -1072,6 +1081,7 @@ def main():
             trust_remote_code=dict(type="bool", default=False),
             flags_memo_file=dict(type="path"),
             root_paths=dict(type="dict", default={}),
+            secret_sha256=dict(type="dict", default={}, no_log=True),
             live=dict(type="dict", options=dict(
                 url=dict(type="str", required=True),
                 expected=dict(type="dict", default={}),

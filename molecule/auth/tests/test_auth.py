@@ -195,6 +195,12 @@ def test_each_key_is_only_in_its_0640_file_and_the_root_only_change_sets(host):
     journal = host.check_output("journalctl --no-pager -o cat")
     written = [p for p in REPORTS.rglob("*") if p.is_file()]
     assert written and OUTPUTS
+    # Nor a plain sha256 of a file that holds them (a short key could be guessed offline from it), whole or
+    # as the 12 characters a change line shows.
+    for path in (KEYS_FILE, ENV_FILE):
+        digest = sha256(host, path)[:12]
+        assert not [o for o in OUTPUTS if digest in o], path
+        assert not [p for p in written if digest in p.read_text(errors="replace")], path
     for key in needles:
         assert key not in cmdlines and key not in shown and key not in journal, key
         for output in OUTPUTS:

@@ -293,3 +293,45 @@ def test_a_failed_run_left_in_place_is_kept_and_is_the_one_to_roll_back(tmp_path
     other = open_for(tmp_path, venv, files)
     with pytest.raises(CS.EngineError, match="ends closed or kept"):
         CS.close_set(other["dir"], state="restored")
+
+
+def test_a_file_other_users_may_not_read_is_put_back_and_listed_without_its_sha256(tmp_path, make_venv):
+    """The environment file (0600) and the keys' file (0640) hold secrets: a plain sha256 of one in a run's
+    output or report would let a reader guess a short key offline."""
+    venv = make_venv("0.5.9")
+    draft, unit, env, running = files = layout(tmp_path)
+    env.parent.mkdir()
+    env.write_text("HF_TOKEN=hf_short\n")
+    env.chmod(0o600)
+    secret = sha(env)
+    opened = open_for(tmp_path, venv, files)
+    env.write_text("HF_TOKEN=hf_other\n")
+    env.chmod(0o600)
+    out = CS.restore_set(opened["dir"])
+    line = next(x for x in out["restored"] if x.startswith(str(env)))
+    assert line == "%s restored to its earlier content (its sha256 is not shown: other users may not read it) " \
+                   "(0600 %s)" % (env, line.rsplit(" ", 1)[1][:-1]) and secret not in line
+    assert next(f for f in out["files"] if f["path"] == str(env))["sha256"] is None
+    busy = open_for(tmp_path, venv, files)
+    env.write_text("HF_TOKEN=hf_third\n")
+    closed = CS.close_set(busy["dir"])
+    assert closed["changes"] == ["%s (not shown) -> (not shown)" % env]
+    assert all(secret[:12] not in change and sha(env)[:12] not in change for change in closed["changes"])
+
+
+def test_a_fingerprint_as_shown_hides_the_secret_bearing_files():
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _fingerprint as F
+    fp = {"unit": "a" * 64, "environment": "b" * 64, "api_keys": "c" * 64, "logging": "d" * 64}
+    assert F.shown(fp) == {"unit": "a" * 64, "environment": F.HIDDEN, "api_keys": F.HIDDEN, "logging": "d" * 64}
+    assert F.shown({"api_keys": "missing"}) == {"api_keys": "missing"}
+
+
+def test_the_probe_gets_a_secret_bearing_files_sha256_in_its_no_log_argument_only():
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _fingerprint as F
+    files = {"unit": {"path": "/u", "sha256": "a" * 64}, "environment": {"path": "/e", "sha256": "b" * 64},
+             "api_keys": {"path": "/k", "sha256": "c" * 64}}
+    shown, secret = F.split_secret(files)
+    assert shown == {"unit": {"path": "/u", "sha256": "a" * 64}, "environment": {"path": "/e"},
+                     "api_keys": {"path": "/k"}}
+    assert secret == {"environment": "b" * 64, "api_keys": "c" * 64}
+    assert files["environment"]["sha256"] == "b" * 64  # the caller's dict is left as it was
