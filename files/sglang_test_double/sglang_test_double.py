@@ -1592,15 +1592,19 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, self.state.generate_one(str(text), max_new))
 
 
-def make_server(host: str, port: int, state: DoubleState) -> ThreadingHTTPServer:
-    """Bind exactly the requested address (IPv6 literal hosts included)."""
+def make_server(host: str, port: int, state: Optional[DoubleState] = None, handler: type = None,
+                **attributes: Any) -> ThreadingHTTPServer:
+    """Bind exactly the requested address (IPv6 literal hosts included); ``handler`` (default the API's)
+    reads ``state`` and ``attributes`` from the server."""
 
     class _Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         daemon_threads = True
 
-    server = _Server((host, port), Handler)
+    server = _Server((host, port), handler or Handler)
     server.state = state  # type: ignore[attr-defined]
+    for name, value in attributes.items():
+        setattr(server, name, value)
     return server
 
 
@@ -1833,16 +1837,6 @@ class DummyHandler(BaseHTTPRequestHandler):
         self._send(404, json.dumps({"detail": "Not Found"}))
 
 
-def make_dummy_server(host: str, port: int, enable_metrics: bool) -> ThreadingHTTPServer:
-    class _Server(ThreadingHTTPServer):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        daemon_threads = True
-
-    server = _Server((host, port), DummyHandler)
-    server.enable_metrics = enable_metrics  # type: ignore[attr-defined]
-    return server
-
-
 def env_float(environ: typing.Mapping[str, str], name: str, default: float) -> float:
     raw = environ.get(name)
     if raw is None or raw == "":
@@ -2043,7 +2037,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
             code = 1
         elif follower:
             try:
-                server = make_dummy_server(args.host, args.port, args.enable_metrics)
+                server = make_server(args.host, args.port, handler=DummyHandler, enable_metrics=args.enable_metrics)
             except OSError as exc:
                 LOG.error("Dummy health check server failed to start: %s", exc)
                 code = 1
