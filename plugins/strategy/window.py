@@ -3,7 +3,7 @@
 """The sliding window of playbooks/remediate.yml's rollout: the free strategy, with slots.
 
 Each host runs its tasks as under ansible.builtin.free (no host waits for the others), except at
-four kinds of task, marked by the task variable ``_sglang_window``:
+five kinds of task, marked by the task variable ``_sglang_window``:
 
 - ``admit``: where a host starts its work. It starts once fewer hosts are preparing than the free
   slots plus the lookahead (plugin_utils/_rollout.py, Window.may_admit).
@@ -11,6 +11,13 @@ four kinds of task, marked by the task variable ``_sglang_window``:
   slot is free; a take whose ``when`` is false needs none and is let through at once.
 - ``sleep``: a task that runs ``_sglang_window_sleep`` seconds after the host reached it, the host
   parked meanwhile without a slot or a fork (a soak's read); one whose ``when`` is false runs at once.
+- ``join``: where the nodes of one multi-node replica (a unit of the window, more than one host) meet:
+  a node waits there until every other node of its unit in the play's batch waits at a join too, or
+  has ended (failed, unreachable, done). Then the nodes waiting at the lowest
+  ``_sglang_window_join_order`` go on together, each with the host variable ``_sglang_window_joined``:
+  ``{join, with, missing}``, ``missing`` naming the nodes that did not reach that join (ended, or
+  waiting at a later one: a node on its way to undo). A host of one node, and a join whose ``when``
+  is false, passes at once.
 - ``signal``: a set_fact of ``_sglang_window_signal`` that gives the slot back (``back``), keeps it
   for a host left out of rotation (``out``), counts a failure (``failed``) or stops the rollout
   (``stop``).
@@ -51,6 +58,7 @@ import os
 import time
 
 from ansible.errors import AnsibleError
+from ansible.executor.play_iterator import IteratingStates
 from ansible.plugins.strategy.free import StrategyModule as FreeStrategyModule
 from ansible.utils.display import Display
 
@@ -68,6 +76,10 @@ WINDOW_VAR = "_sglang_window"
 PUTBACK_VAR = "_sglang_window_putback"
 SLEEP_VAR = "_sglang_window_sleep"
 SIGNAL_VAR = "_sglang_window_signal"
+JOIN_VAR = "_sglang_window_join"
+JOIN_ORDER_VAR = "_sglang_window_join_order"
+# Set on the nodes a join lets go: which of their unit's nodes met there.
+JOINED_VAR = "_sglang_window_joined"
 # Set on a host let through a stopped window: the role fails it, naming the reason.
 STOPPED_VAR = "_sglang_window_stopped"
 # The play variable that holds the window (playbooks/remediate.yml).
@@ -89,6 +101,9 @@ class WindowState:
                            [str(h) for h in doc.get("kept_out") or []], doc.get("units") or {})
         self.stop_file = str(doc.get("stop_file") or "")
         self.decisions = {}
+        # The nodes waiting at a join: host -> (order, join); and those a join let go, with what they learn.
+        self.joins = {}
+        self.joined = {}
         self.stop_checked = 0.0
         self.events = []
         self.started = time.time()
@@ -121,7 +136,7 @@ class StrategyModule(FreeStrategyModule):
             state, task = real_next(host, peek=peek)
             if peek and task is not None:
                 name = host.get_name()
-                held = name in self._window.decisions
+                held = name in self._window.decisions or name in self._window.joins
                 # A host with a task in flight is blocked by the free strategy itself: not ours to judge.
                 if self._blocked_hosts.get(name, False) and not held:
                     return state, task
@@ -191,13 +206,18 @@ class StrategyModule(FreeStrategyModule):
         """Whether ``host`` may run ``task`` now; False holds it (blocked, no fork)."""
         state, name = self._window, host.get_name()
         kind = (getattr(task, "vars", None) or {}).get(WINDOW_VAR)
-        if kind not in ("admit", "take", "sleep"):
+        if kind not in ("admit", "take", "sleep", "join"):
             return True
         decision = state.decisions.get(name)
         if decision is None or decision[0] != task._uuid:
             decision = state.decisions[name] = (task._uuid,) + self._decide(iterator, host, task, kind)
         if kind == "sleep":
             if decision[1] and time.monotonic() < decision[2]:
+                return False
+            del state.decisions[name]
+            return True
+        if kind == "join":
+            if decision[1] and not self._join(iterator, name, task):
                 return False
             del state.decisions[name]
             return True
@@ -228,12 +248,16 @@ class StrategyModule(FreeStrategyModule):
         a take whose when is false needing no slot; (parked, until) of a sleep, one whose when is false not parked."""
         if kind == "admit":
             return True, False
+        if kind == "join" and len(self._members(host.get_name())) < 2:
+            return False, False
         try:
             variables = self._variable_manager.get_vars(play=iterator._play, host=host, task=task,
                                                         _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all)
             self.add_tqm_variables(variables, play=iterator._play)
             engine = TemplateEngine(loader=self._loader, variables=variables)
             needed = all(engine.evaluate_conditional(c) for c in (task.when or []))
+            if kind == "join":
+                return needed, False
             if kind == "sleep":
                 seconds = float(engine.template(task.vars.get(SLEEP_VAR)) or 0) if needed else 0.0
                 return seconds > 0, time.monotonic() + seconds
@@ -244,6 +268,47 @@ class StrategyModule(FreeStrategyModule):
                             % (host.get_name(), task.get_name(), exc,
                                "it runs without its wait" if kind == "sleep" else "it waits for a slot"))
             return (False, 0.0) if kind == "sleep" else (True, False)
+
+    # --- the nodes of a replica meeting ---------------------------------------------
+    def _members(self, name):
+        """The hosts of ``name``'s unit in the play's batch, itself included."""
+        unit = self._window.rule.unit_of(name)
+        return [h for h in self._hosts_cache if self._window.rule.unit_of(h) == unit]
+
+    def _ended(self, iterator, name):
+        if name in self._tqm._unreachable_hosts or name in self._tqm._failed_hosts:
+            return True
+        host = self._inventory.get_host(name)
+        if host is None or iterator.is_failed(host):
+            return True
+        return iterator.get_state_for_host(name).run_state == IteratingStates.COMPLETE
+
+    def _join(self, iterator, name, task):
+        """Whether ``name`` may go on past its join (``task``): see the module's docstring."""
+        state = self._window
+        if name in state.joined:
+            self._variable_manager.set_host_variable(name, JOINED_VAR, state.joined.pop(name))
+            return True
+        vars_ = task.vars or {}
+        state.joins[name] = (int(vars_.get(JOIN_ORDER_VAR) or 0), str(vars_.get(JOIN_VAR) or task.get_name()))
+        members = self._members(name)
+        live = [h for h in members if h == name or not self._ended(iterator, h)]
+        if any(h not in state.joins for h in live):
+            return False
+        order = min(state.joins[h][0] for h in live)
+        group = [h for h in live if state.joins[h][0] == order]
+        join = state.joins[name][1] if name in group else state.joins[group[0]][1]
+        missing = [h for h in members if h not in group]
+        for host in group:
+            del state.joins[host]
+            state.joined[host] = {"join": join, "with": group, "missing": missing}
+        state.event(",".join(group), "joined %s%s" % (join, " without %s" % ", ".join(missing) if missing else ""))
+        display.display("window: %s meet at %s%s" % (" and ".join(group), join,
+                                                     "; not there: %s" % ", ".join(missing) if missing else ""))
+        if name not in state.joined:
+            return False
+        self._variable_manager.set_host_variable(name, JOINED_VAR, state.joined.pop(name))
+        return True
 
     # --- what the hosts say -------------------------------------------------------
     def _process_pending_results(self, iterator, one_pass=False, max_passes=None):
