@@ -44,10 +44,19 @@ def run_args(platform: Mapping[str, Any], scenario: str = "", extra: Sequence[st
     if not platform.get("pre_build_image", False):
         raise PlatformError("platform %s: pre_build_image must be true (images are built by testbed/testbed.py,"
                             " never by Molecule)" % name)
-    argv = ["docker", "run", "-d", "--name", name, "--hostname", str(platform.get("hostname", name))]
+    argv = ["docker", "run", "-d", "--name", name]
+    network = platform.get("network_mode")
+    if network is not None and not (isinstance(network, str) and network.startswith("container:")):
+        raise PlatformError("platform %s: network_mode %r: only container:<name> is mapped (the nodes of one test "
+                            "replica share a network namespace and talk over its loopback)" % (name, network))
+    if network:
+        # Docker refuses --hostname with another container's network namespace: it shares its name.
+        argv += ["--network", network]
+    else:
+        argv += ["--hostname", str(platform.get("hostname", name))]
     labels = dict(LABELS, **({"molecule.scenario": scenario} if scenario else {}))
     for key, value in sorted(platform.items()):
-        if key in IGNORED or key in ("name", "hostname", "image", "command"):
+        if key in IGNORED or key in ("name", "hostname", "image", "command", "network_mode"):
             continue
         if key == "capabilities":
             argv += [a for cap in value for a in ("--cap-add", cap)]
@@ -70,7 +79,7 @@ def run_args(platform: Mapping[str, Any], scenario: str = "", extra: Sequence[st
         else:
             raise PlatformError("platform %s: key %r is not mapped by testbed/instances.py (mapped: capabilities,"
                                 " security_opts, volumes, tmpfs, published_ports, cgroupns_mode, stop_signal, env,"
-                                " labels, hostname, image, command)" % (name, key))
+                                " labels, hostname, image, command, network_mode)" % (name, key))
     argv += [a for k, v in sorted(labels.items()) for a in ("--label", "%s=%s" % (k, v))]
     if not platform.get("image"):
         raise PlatformError("platform %s has no image" % name)
@@ -96,16 +105,21 @@ def create(platforms: Sequence[Mapping[str, Any]], scenario: str = "") -> List[s
     mark = testbed.mark_flags()
     argvs = {p["name"]: run_args(p, scenario, mark) for p in platforms}
     there = set(existing(list(argvs)))
-    procs = {name: subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for name, argv in argvs.items() if name not in there}
-    failed = {}
-    for name, proc in procs.items():
-        _, err = proc.communicate()
-        if proc.returncode:
-            failed[name] = err.strip()
-    if failed:
-        raise RuntimeError("docker run failed: " + "; ".join("%s: %s" % kv for kv in sorted(failed.items())))
-    return sorted(procs)
+    # A container that joins another's network namespace starts once that one runs: two rounds.
+    joins = {p["name"] for p in platforms if p.get("network_mode")}
+    started: List[str] = []
+    for round_ in (set(argvs) - joins, joins):
+        procs = {name: subprocess.Popen(argvs[name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for name in sorted(round_) if name not in there}
+        failed = {}
+        for name, proc in procs.items():
+            _, err = proc.communicate()
+            if proc.returncode:
+                failed[name] = err.strip()
+        if failed:
+            raise RuntimeError("docker run failed: " + "; ".join("%s: %s" % kv for kv in sorted(failed.items())))
+        started += procs
+    return sorted(started)
 
 
 def destroy(names: Sequence[str]) -> List[str]:

@@ -58,3 +58,32 @@ def test_a_platforms_env_comes_before_the_image():
     argv = instances.run_args(platform, "fleet")
     assert ("-e", "A=b") in set(zip(argv, argv[1:]))
     assert argv.index("-e") < argv.index("local/sglang-testbed:bookworm")
+
+
+def test_a_node_joins_its_leaders_network_namespace_and_starts_after_it(monkeypatch):
+    """The nodes of one test replica share a network namespace (docker run --network container:NAME), which
+    docker refuses with --hostname and before NAME runs: the joining container starts in a second round."""
+    lead = dict(BASE["platforms"][0], name="lead", image="img")
+    lead.pop("published_ports")
+    node = dict(lead, name="node", network_mode="container:lead")
+    argv = instances.run_args(node)
+    assert ("--network", "container:lead") in set(zip(argv, argv[1:]))
+    assert "--hostname" not in argv
+    with pytest.raises(instances.PlatformError, match="network_mode 'host': only container:<name> is mapped"):
+        instances.run_args(dict(node, network_mode="host"))
+    started = []
+
+    class Proc:
+        returncode = 0
+
+        def __init__(self, argv, **_kw):
+            started.append(argv[argv.index("--name") + 1])
+
+        def communicate(self):
+            return "", ""
+
+    monkeypatch.setattr(instances, "existing", lambda names: [])
+    monkeypatch.setattr(instances.testbed, "mark_flags", lambda: [])
+    monkeypatch.setattr(instances.subprocess, "Popen", Proc)
+    assert instances.create([node, lead]) == ["lead", "node"]
+    assert started == ["lead", "node"]
