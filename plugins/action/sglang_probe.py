@@ -231,7 +231,8 @@ class ActionModule(ActionBase):
         names = [n for n in task_vars if n.startswith("sglang_")]
         values = self._role_values(names, task_vars)
         prompts = self._templar.template(task_vars.get("_sglang_live_prompts", []))
-        errors = _inputs.variable_errors(dict(values), live_prompts=len(prompts or []) or _inputs.LIVE_PROMPTS)
+        errors = _inputs.variable_errors(dict(values), live_prompts=len(prompts or []) or _inputs.LIVE_PROMPTS,
+                                         replicas_read="_sglang_replicas" in task_vars)
         if errors:
             return " ".join(errors), errors
         return None, []

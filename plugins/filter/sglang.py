@@ -14,23 +14,28 @@ import glob
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
+
+import jinja2
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs_values as _values
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rollout
+from ansible_collections.fleetops.sglang.plugins.plugin_utils import _replicas
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative as _rules
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
 
 
-def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS) -> list[str]:
+def variable_errors(values: Any, live_prompts: int = _inputs.LIVE_PROMPTS, replicas_read: Any = False) -> list[str]:
     """Every reason the role's variables cannot work, each naming the variable, its
-    value and what is accepted; the one preflight task refuses the run on any."""
-    return _inputs.variable_errors(dict(values or {}), live_prompts=int(live_prompts))
+    value and what is accepted; the one preflight task refuses the run on any. ``replicas_read``:
+    the playbook read the inventory's replicas (tasks/replicas.yml), which the role then serves."""
+    return _inputs.variable_errors(dict(values or {}), live_prompts=int(live_prompts), replicas_read=bool(replicas_read))
 
 
 def release_id(version: Any, lock: Any = "") -> str:
@@ -66,7 +71,7 @@ def _as_int(value: Any) -> Any:
 
 def server_args(_input: Any = None, **kwargs: Any) -> list[str]:
     """The launch flags, one list item per argument, in a stable order."""
-    ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port")
+    ints = ("num_steps", "eagle_topk", "num_draft_tokens", "tp_size", "pp_size", "port", "nnodes", "node_rank")
     args = {k: _as_int(v) if k in ints else v for k, v in kwargs.items()}
     # -e sglang_mem_fraction_static=0.8 gives text; preflight has judged it a number in (0, 1).
     if args.get("mem_fraction_static") is not None:
@@ -113,7 +118,7 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
                  soak_seconds: Any = None, on_soak_failure: Any = None, canaries: Any = None,
                  stage: Any = None, handed_over: Any = False, forks: Any = None,
                  max_fail_percentage: Any = None, lookahead: Any = None, not_serving: Any = None,
-                 mode: Any = None) -> dict[str, Any]:
+                 mode: Any = None, replicas: Any = None) -> dict[str, Any]:
     """The rollout's host order, its serial list and the errors that refuse it
     (plugins/plugin_utils/_rollout.py), and ``handover``: each host with the groups that carry the
     plan to the next play. The canaries come from ``canary_by`` (read from ``hostvars``/``groups``,
@@ -121,24 +126,99 @@ def rollout_plan(needs_work: Any, fleet_size: Any = 0, max_unavailable: Any = No
     the probe pass chose (each its own value).
 
     With ``handed_over`` true the input is the inventory's ``groups``, and the host order, the
-    canaries and the lost hosts are the plan the probe pass handed over in them."""
+    canaries and the lost hosts are the plan the probe pass handed over in them.
+
+    ``replicas`` (the replicas filter's result): its errors refuse the plan, and the plan counts
+    replicas (its units), the whole fleet's among them for the budget."""
+    units = dict((replicas or {}).get("units") or {}) if isinstance(replicas, dict) else {}
+    errors = list((replicas or {}).get("errors") or []) if isinstance(replicas, dict) else []
     if handed_over:
         lists = _rollout.handed_over(needs_work or {})
         needs_work, canaries, unavailable = lists["order"], lists["canaries"], lists["unavailable"]
         not_serving = lists["not_serving"]
+        units = lists["units"]
     needs = [str(h) for h in (needs_work or [])]
     values = None
     if canaries is None and canary_by not in (None, ""):
         values = {h: _rollout.canary_value(h, str(canary_by), hostvars or {}, groups or {}) for h in needs}
-    size = fleet_size if isinstance(fleet_size, int) else len(list(fleet_size or []))
+    size = fleet_size if isinstance(fleet_size, int) else len({units.get(str(h), str(h)) for h in fleet_size or []})
     doc = _rollout.plan(needs, size, max_unavailable=max_unavailable, serial=serial, canary_values=values,
                         unavailable=[str(h) for h in (unavailable or [])], soak_seconds=soak_seconds,
                         on_soak_failure=on_soak_failure,
                         canaries=None if canaries is None else [str(h) for h in canaries], stage=stage,
                         forks=forks, max_fail_percentage=max_fail_percentage, lookahead=lookahead,
-                        not_serving=[str(h) for h in (not_serving or [])], mode=mode)
+                        not_serving=[str(h) for h in (not_serving or [])], mode=mode,
+                        units=units if _rollout.unit_members(units) else None)
+    if _rollout.unit_members(units) and on_soak_failure == "rollback" and not handed_over:
+        errors.append("sglang_on_soak_failure=rollback: a failed soak rolls back the host it read, and the replicas "
+                      "of this inventory (%s) would need every node rolled back together, which the soak does not do "
+                      "yet; use sglang_on_soak_failure=stop (the default); rolling a replica back is not served yet "
+                      "(playbooks/rollback.yml refuses its nodes)"
+                      % ", ".join(sorted(_rollout.unit_members(units))))
+    doc["errors"] = errors + list(doc["errors"])
     doc["handover"] = _rollout.handover(doc)
     return doc
+
+
+def replicas(run_hosts: Any, hostvars: Any = None, fleet: Any = None) -> dict[str, Any]:
+    """The inventory's multi-node replicas (plugins/plugin_utils/_replicas.py): ``nodes`` (each node's replica,
+    rank, node count, rendezvous address, nodes and leader: what the role renders and gates it with),
+    ``units`` (host -> replica) and ``errors`` (a replica this run cannot roll out: each names the variable,
+    the hosts, the value and the fix). ``fleet``: the inventory's hosts (groups['all']); ``run_hosts`` the
+    run's (a limit or a job slice holding part of a replica is refused)."""
+    run = [str(h) for h in (run_hosts or [])]
+    return _replicas.replicas([str(h) for h in (fleet if fleet is not None else run)], _Resolved(hostvars or {}),
+                              run=run)
+
+
+def _unresolved(value: Any) -> bool:
+    """Whether ``value`` holds what its templating could not resolve (Ansible's markers are jinja2 Undefined)."""
+    if isinstance(value, jinja2.Undefined):
+        return True
+    if isinstance(value, dict):
+        return any(_unresolved(k) or _unresolved(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_unresolved(v) for v in value)
+    return False
+
+
+class _Resolved(Mapping):
+    """hostvars as the replicas' rules read them: each value templated, or, where it needs what only the role
+    defines (sglang_server_command's "{{ sglang_venv }}"), as the inventory wrote it."""
+
+    def __init__(self, hostvars: Any) -> None:
+        self._hostvars = hostvars
+
+    def __getitem__(self, host: str) -> Mapping:
+        return _ResolvedHost(self._hostvars, host, self._hostvars[host])
+
+    def __iter__(self):
+        return iter(self._hostvars)
+
+    def __len__(self) -> int:
+        return len(self._hostvars)
+
+
+class _ResolvedHost(Mapping):
+    def __init__(self, hostvars: Any, host: str, variables: Any) -> None:
+        self._hostvars, self._host, self._vars = hostvars, host, variables
+
+    def __getitem__(self, name: str) -> Any:
+        value = self._vars[name]
+        if _unresolved(value):
+            raw_get = getattr(self._hostvars, "raw_get", None)
+            raw = raw_get(self._host) if callable(raw_get) else {}
+            return raw.get(name) if isinstance(raw, Mapping) else None
+        return value
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._vars
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
 
 
 def lease_break_errors(hosts: Any, limit: Any = None, target: Any = None, confirmed: Any = 1) -> list[str]:
@@ -219,6 +299,7 @@ class FilterModule:
             "variable_errors": variable_errors,
             "fleet_pattern": fleet_pattern,
             "rollout_plan": rollout_plan,
+            "replicas": replicas,
             "report_merge": report_merge,
             "soak_verdict": soak_verdict,
             "failure_message": failure_message,

@@ -53,6 +53,10 @@ MANAGED_FLAGS = (
     ("--mem-fraction-static", "sglang_mem_fraction_static"),
     ("--disable-cuda-graph", "sglang_disable_cuda_graph"),
     ("--enable-metrics", "sglang_enable_metrics"),
+    # A node of a multi-node replica: rendered from the inventory's replica (plugin_utils/_replicas.py).
+    ("--nnodes", "sglang_nnodes"),
+    ("--node-rank", "sglang_node_rank"),
+    ("--dist-init-addr", "sglang_dist_init_addr"),
 )
 
 # Flags (by dest) that silently drop or break the aux hidden-state capture the

@@ -209,24 +209,26 @@ OTHER_NAMES: Dict[str, str] = {
 }
 
 
-# The inventory's replicas (plugins/plugin_utils/_replicas.py reads them: the rollout's unit). Refused
-# by name until the role serves a multi-node replica as one transaction (issue 44): restarting its
-# nodes one at a time, as the role does a host's, would take the replica down once per node.
+# The inventory's replicas (plugins/plugin_utils/_replicas.py reads them: the rollout's unit). Read by
+# playbooks/remediate.yml and audit.yml (tasks/replicas.yml), whose rollout restarts a replica's nodes
+# together; refused by name anywhere else (the role's main entry point, a playbook of one's own),
+# which would restart each node on its own and take the replica down once per node.
 REPLICA_NAMES = ("sglang_replica", "sglang_node_rank", "sglang_nnodes", "sglang_node_addr",
                  "sglang_dist_init_addr", "sglang_dist_init_port")
-_NOT_YET_SERVED = ("%s names a node of a multi-node replica (--nnodes), which this release does not serve: the role "
-                   "restarts one host at a time, and a replica's nodes must stop and start together, so it would "
-                   "take the replica down once per node. Keep multi-node replicas out of the role's hosts "
-                   "(sglang_skip_hosts or the group sglang_maintenance) and remove %s until a release serves them.")
+_REPLICAS_NOT_READ = ("%s names a node of a multi-node replica (--nnodes), whose nodes must stop and start together: "
+                      "playbooks/remediate.yml reads the inventory's replicas and rolls each out whole (audit.yml "
+                      "reads them too); this entry point (the role's main, or a playbook of your own) would restart "
+                      "each node on its own and take the replica down once per node. Run playbooks/remediate.yml, "
+                      "or remove %s.")
 
 
-def unknown_variables(names: Sequence[str]) -> List[str]:
+def unknown_variables(names: Sequence[str], replicas_read: bool = False) -> List[str]:
     """One error per sglang_* name the role neither reads nor sets, naming the nearest known one.
 
     A typo (sglang_speculative_numsteps for sglang_speculative_num_steps) is the commonest bad
     input of a fleet inventory, and the role would run on the default without a word.
     """
-    errors = [_NOT_YET_SERVED % (name, name) for name in REPLICA_NAMES if name in names]
+    errors = [] if replicas_read else [_REPLICAS_NOT_READ % (name, name) for name in REPLICA_NAMES if name in names]
     for name in sorted(n for n in names if n.startswith("sglang_") and n not in VARIABLES and n not in OTHER_NAMES
                        and n not in REPLICA_NAMES):
         near = nearest_name(name)
@@ -240,7 +242,7 @@ def unknown_variables(names: Sequence[str]) -> List[str]:
 def nearest_name(name: str) -> Optional[str]:
     """The known name ``name`` most likely misspells: one it abbreviates (the shortest), else the
     closest by difflib on what follows the common ``sglang_`` prefix; None when nothing is close."""
-    known = sorted(set(VARIABLES) | set(OTHER_NAMES))
+    known = sorted(set(VARIABLES) | set(OTHER_NAMES) | set(REPLICA_NAMES))
     longer = sorted((k for k in known if k.startswith(name)), key=len)
     if longer:
         return longer[0]
@@ -256,7 +258,7 @@ NO_CONTROL = ("no control characters in any value (newline, carriage return, tab
 
 
 def variable_errors(values: Mapping[str, Any], live_prompts: int = LIVE_PROMPTS,
-                    names: Optional[Sequence[str]] = None) -> List[str]:
+                    names: Optional[Sequence[str]] = None, replicas_read: bool = False) -> List[str]:
     """Every reason the role's variables cannot work, in the order of ``VARIABLES``.
 
     ``values`` holds the role's variables by name; a variable that is absent is not
@@ -267,7 +269,7 @@ def variable_errors(values: Mapping[str, Any], live_prompts: int = LIVE_PROMPTS,
     """
     context = dict(values)
     context["_live_prompts"] = live_prompts
-    errors: List[str] = unknown_variables(list(values)) if names is None else []
+    errors: List[str] = unknown_variables(list(values), replicas_read) if names is None else []
     for name, rule in VARIABLES.items():
         if name not in values or (names is not None and name not in names):
             continue

@@ -248,6 +248,9 @@ def render_server_args(
     disable_cuda_graph: bool = False,
     enable_metrics: bool = False,
     extra_args: Optional[Sequence[str]] = None,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    dist_init_addr: Optional[str] = None,
 ) -> List[str]:
     """Launch flags for ``python -m sglang.launch_server``, one argv element each.
 
@@ -255,10 +258,15 @@ def render_server_args(
     (no spurious restarts). Raises ValueError on a triple SGLang would rewrite, so
     a rejected combination can never be rendered. With ``speculative_algorithm``
     None the speculative flags are omitted (a baseline server for comparison).
+    A node of a multi-node replica (``nnodes`` > 1, plugin_utils/_replicas.py) gets
+    ``--nnodes``, ``--node-rank`` and ``--dist-init-addr`` (the leader's rendezvous).
     """
-    for name, value in (("tp_size", tp_size), ("pp_size", pp_size), ("port", port)):
+    for name, value in (("tp_size", tp_size), ("pp_size", pp_size), ("port", port), ("nnodes", nnodes)):
         if not is_int(value) or value < 1:
             raise ValueError("%s must be a positive int; got %s" % (name, _describe(value)))
+    if nnodes > 1 and (not is_int(node_rank) or not 0 <= node_rank < nnodes or not dist_init_addr):
+        raise ValueError("a node of %d nodes needs a node_rank from 0 to %d and a dist_init_addr; got %s and %s"
+                         % (nnodes, nnodes - 1, _describe(node_rank), _describe(dist_init_addr)))
     if mem_fraction_static is not None and (
         isinstance(mem_fraction_static, bool)
         or not isinstance(mem_fraction_static, (int, float))
@@ -291,6 +299,8 @@ def render_server_args(
     if pp_size != 1:
         args += ["--pp-size", str(pp_size)]
     args += ["--host", str(host), "--port", str(port)]
+    if nnodes > 1:
+        args += ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--dist-init-addr", str(dist_init_addr)]
     if mem_fraction_static is not None:
         args += ["--mem-fraction-static", repr(float(mem_fraction_static))]
     if disable_cuda_graph:

@@ -124,11 +124,23 @@ options:
         description: The fingerprint file (JSON, 0600, created with its 0700 directory).
         type: path
         required: true
+  node_rank:
+    description:
+      - The node's rank in a multi-node replica (C(--node-rank)). A rank of 1 or more (a follower) serves only
+        SGLang's stand-in health server, which it starts once its schedulers have joined the replica's process
+        group; its gate is that health (and the record), with no server info and no live request.
+    type: int
+    default: 0
 seealso:
   - module: fleetops.sglang.sglang_probe
 """
 
 RETURN = r"""
+follower:
+  description: The gate was a follower's (O(node_rank) of 1 or more), its health only.
+  type: bool
+  returned: when a follower was healthy
+  sample: true
 crashed:
   description: The server's unit left its running state before the server became healthy (O(service) only).
   type: bool
@@ -378,6 +390,7 @@ def main():
                 components=dict(type="dict", required=True),
                 state_file=dict(type="path", required=True),
             )),
+            node_rank=dict(type="int", default=0),
             lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
                                                  run_id=dict(type="str", required=True))),
         ),
@@ -413,6 +426,15 @@ def main():
         # Not a failure: the caller's `until` tries again, and says this when it gives up.
         result["msg"] = "%s/health_generate not healthy after %d polls in %gs (last: %s)" % (
             base, polls, p["wait"], error)
+        module.exit_json(**result)
+    if p["node_rank"] > 0:
+        # A follower: SGLang serves a stand-in health server there once its schedulers are ready, i.e. joined
+        # the replica's process group (sglang/srt/entrypoints/engine.py, launch_dummy_health_check_server).
+        # No /server_info, no /generate: the replica's reading is its leader's.
+        result.update(follower=True, failures=[], recorded=False)
+        if p["record"]:
+            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+            result["changed"] = result["recorded"]
         module.exit_json(**result)
     try:
         request = authorized(http_request, read_key_file(p["api_key_file"]) if p["api_key_file"] else "")

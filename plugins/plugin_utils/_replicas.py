@@ -26,10 +26,11 @@ and ``--limit`` patterns, ``host_vars`` and the audit read nodes by name. What t
 slicing: AWX slices an inventory by host, so a slice may hold part of a replica; that slice refuses
 it (naming the nodes) instead of splitting it.
 
-Not served yet: the role refuses these variables (module_utils/_inputs.py, REPLICA_NAMES) until
-its transaction takes a replica's nodes out of rotation, stops and starts them together. What is
-here is the model the rollout uses once it does: the window (_rollout.Window) and the plan
-(_rollout.plan) count units.
+Served by playbooks/remediate.yml (and read by audit.yml): tasks/replicas.yml reads the replicas
+once per run, each node renders its multi-node flags from them (vars/main.yml, _sglang_node), the
+plan and the window count units, and the transaction meets the other nodes at the window
+strategy's joins (tasks/service.yml, tasks/transaction.yml). Elsewhere (the role's main entry
+point, playbooks/rollback.yml) the variables are refused: those restart each node on its own.
 
 Standard library only.
 """
@@ -117,7 +118,8 @@ def replicas(fleet: Sequence[str], hostvars: Mapping[str, Any],
     value and the fix.
 
     Returns ``replicas`` ({name: {nodes: [host by rank], leader, nnodes, dist_init_addr}}, multi-node
-    ones only), ``units`` ({host: unit} over the fleet) and ``errors``."""
+    ones only), ``nodes`` ({host: what the role renders and gates it with: replica, rank, nnodes,
+    dist_init_addr, nodes, leader}, their nodes), ``units`` ({host: unit} over the fleet) and ``errors``."""
     fleet = [str(h) for h in fleet]
     in_run = set(str(h) for h in (fleet if run is None else run))
     members: Dict[str, List[str]] = {}
@@ -144,7 +146,9 @@ def replicas(fleet: Sequence[str], hostvars: Mapping[str, Any],
         errors += problems
         if doc is not None:
             found[name] = doc
-    return {"replicas": found, "units": units(fleet, hostvars), "errors": errors}
+    nodes = {host: dict(doc, replica=name, rank=rank) for name, doc in found.items()
+             for rank, host in enumerate(doc["nodes"])}
+    return {"replicas": found, "nodes": nodes, "units": units(fleet, hostvars), "errors": errors}
 
 
 def _replica(name: str, hosts: List[str], hostvars: Mapping[str, Any],

@@ -48,6 +48,8 @@ HANDOVER = (("order", "sglang_rollout_order"), ("canaries", "sglang_canaries"),
             ("unavailable", "sglang_probe_lost"), ("next_stage", "sglang_next_stage"),
             ("not_serving", "sglang_not_serving"))
 NEXT_STAGE_GROUP = dict(HANDOVER)["next_stage"]
+# The nodes of each multi-node replica of the plan, in a group of its own (the window's units).
+UNIT_GROUP_PREFIX = "sglang_replica__"
 # Also read at play level, and set by the tasks that stop a rollout (the probe pass's limit or a
 # refused plan, a batch's limit, a failed soak) and by the probe (the hosts that need work): the
 # rollout play runs no host once STOPPED exists; the last play fails the hosts of SOAK_FAILED.
@@ -65,12 +67,29 @@ def handover(doc: Mapping[str, Any]) -> Dict[str, List[str]]:
     for key, group in HANDOVER:
         for host in doc.get(key) or []:
             out.setdefault(str(host), []).append(group)
+    for unit, hosts in unit_members((doc.get("window") or {}).get("units")).items():
+        for host in hosts:
+            out.setdefault(str(host), []).append(unit_group(unit))
     return out
 
 
-def handed_over(groups: Mapping[str, Any]) -> Dict[str, List[str]]:
-    """The plan's lists back from the inventory's groups (the rollout play's side of handover())."""
-    return {key: [str(h) for h in (groups.get(group) or [])] for key, group in HANDOVER}
+def unit_group(unit: str) -> str:
+    """The group that hands a replica's nodes over: its name with every character but a letter or a digit
+    written as _XX (its code), so that group names stay valid and two replica names never share one."""
+    return UNIT_GROUP_PREFIX + re.sub(r"[^A-Za-z0-9]", lambda m: "_%02x" % ord(m.group()), unit)
+
+
+def _unit_name(group: str) -> str:
+    return re.sub(r"_([0-9a-f]{2})", lambda m: chr(int(m.group(1), 16)), group[len(UNIT_GROUP_PREFIX):])
+
+
+def handed_over(groups: Mapping[str, Any]) -> Dict[str, Any]:
+    """The plan's lists back from the inventory's groups (the rollout play's side of handover()), and
+    ``units`` (host -> replica) from the replicas' groups."""
+    lists: Dict[str, Any] = {key: [str(h) for h in (groups.get(group) or [])] for key, group in HANDOVER}
+    lists["units"] = {str(h): _unit_name(g) for g in sorted(groups) if str(g).startswith(UNIT_GROUP_PREFIX)
+                      for h in groups.get(g) or []}
+    return lists
 
 
 def _count(value: Any) -> Optional[tuple]:

@@ -219,6 +219,10 @@ class StrategyModule(FreeStrategyModule):
         if kind == "join":
             if decision[1] and not self._join(iterator, name, task):
                 return False
+            if not decision[1]:
+                # Nobody to meet (a host of one node, or its when false): nobody missing either.
+                self._variable_manager.set_host_variable(name, JOINED_VAR, {"join": None, "with": [name],
+                                                                            "missing": []})
             del state.decisions[name]
             return True
         self._stop_file()

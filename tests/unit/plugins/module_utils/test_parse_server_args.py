@@ -115,6 +115,18 @@ def test_the_parse_alone_refuses_the_incident(forked, models, monkeypatch, versi
     assert any("speculative_num_draft_tokens is adjusted" in w for w in out["warnings"]), out["warnings"]
 
 
+@pytest.mark.parametrize("version", RELEASES)
+def test_a_nodes_multi_node_flags_are_what_sglang_parses(forked, models, version):
+    """--nnodes, --node-rank and --dist-init-addr of a follower of two nodes (tp 16 across 2x 8 GPUs), as the
+    role renders them from the inventory's replica, resolve to what was rendered on each release."""
+    argv = render(models, tp_size=16, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000")
+    assert argv[argv.index("--nnodes"):argv.index("--nnodes") + 6] == [
+        "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:5000"]
+    rc, out = parse(forked(version).run, argv)
+    assert (rc, out["status"]) == OK, out
+    assert out["compared"] == 12 and out["differences"] == [], out
+
+
 @pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
 def test_an_override_in_extra_args_is_caught_by_the_comparison(forked, models, version):
     extra = ["--tensor-parallel-size", "4", "--speculative-num-st", "2"]

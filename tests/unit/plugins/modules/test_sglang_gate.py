@@ -262,3 +262,44 @@ def test_a_healthy_server_says_how_long_it_took_from_its_start(tmp_path, run_dou
                                               service="sglang"))
     assert rc == 0 and res["ready"] is True and res["crashed"] is False, res
     assert 4.5 <= res["healthy_after"] <= 15, res["healthy_after"]
+
+
+class _StandIn(http.server.BaseHTTPRequestHandler):
+    """SGLang's launch_dummy_health_check_server on a rank >= 1: the health routes, nothing else."""
+
+    paths = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.paths.append(self.path)
+        code = 200 if self.path in ("/ping", "/health", "/health_generate") else 404
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_followers_gate_is_its_stand_in_health_and_the_record(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    unit = tmp_path / "sglang.service"
+    unit.write_text("[Service]\n")
+    state = tmp_path / "state" / "running.json"
+    args = dict(url="http://127.0.0.1:%d" % server.server_address[1], wait=5, delay=0.1, prompts=PROMPTS,
+                expected=EXPECTED, accept_length_min=2.0,
+                record=dict(components={"unit": str(unit)}, state_file=str(state)))
+    try:
+        # As the leader's gate it fails: a stand-in server has no server info.
+        rc, res = run_module(GATE, tmp_path, args)
+        assert rc == 1 and "/server_info and /get_server_info failed" in res["msg"], res
+        assert not state.exists()
+        _StandIn.paths.clear()
+        rc, res = run_module(GATE, tmp_path, dict(args, node_rank=1))
+    finally:
+        server.shutdown()
+    assert rc == 0, res
+    assert res["ready"] is True and res["follower"] is True and res["failures"] == [], res
+    assert res["recorded"] is True and state.exists()
+    assert "info" not in res and "live" not in res
+    assert _StandIn.paths == ["/health_generate"], _StandIn.paths

@@ -393,3 +393,51 @@ def test_a_serial_in_hosts_is_refused_with_replicas_and_lost_or_idle_nodes_count
     # b is lost (one unit of the budget of 2), c is out of rotation already.
     assert doc["budget"] == 1 and doc["unavailable"] == ["b0", "b1"]
     assert doc["window"]["kept_out"] == ["c0", "c1", "c2"]
+
+
+def _replicas(hosts_vars):
+    from ansible_collections.fleetops.sglang.plugins.filter.sglang import replicas
+    return replicas(list(hosts_vars), hosts_vars, fleet=list(hosts_vars))
+
+
+REPLICA_FLEET = {
+    "a0": {"sglang_replica": "r-1.x", "sglang_nnodes": 2, "sglang_node_rank": 0},
+    "a1": {"sglang_replica": "r-1.x", "sglang_nnodes": 2, "sglang_node_rank": 1},
+    "b0": {"sglang_replica": "r_1_x", "sglang_nnodes": 2, "sglang_node_rank": 0},
+    "b1": {"sglang_replica": "r_1_x", "sglang_nnodes": 2, "sglang_node_rank": 1},
+    "solo": {},
+}
+
+
+def test_the_replicas_travel_to_the_rollout_play_and_the_plan_counts_them():
+    found = _replicas(REPLICA_FLEET)
+    assert found["errors"] == []
+    assert found["nodes"]["a1"] == {"replica": "r-1.x", "rank": 1, "nnodes": 2, "leader": "a0",
+                                    "nodes": ["a0", "a1"], "dist_init_addr": "a0:5000"}
+    hosts = list(REPLICA_FLEET)
+    probe = rollout_plan(hosts, hosts, max_unavailable=1, replicas=found)
+    assert probe["errors"] == [] and probe["canaries"] == ["a0", "a1"]
+    # The budget counts 3 replicas (1 of them a host): a window of 1 replica, two nodes out under it.
+    assert probe["window"]["size"] == 1 and probe["window"]["units"]["b1"] == "r_1_x"
+    groups = dict(_add_hosts(probe["handover"]), sglang=hosts, all=hosts)
+    # Two names that differ only where a group name could not keep them apart get groups of their own.
+    assert {g for g in groups if g.startswith(r.UNIT_GROUP_PREFIX)} == {
+        r.unit_group("r-1.x"), r.unit_group("r_1_x")} and len({r.unit_group("r-1.x"), r.unit_group("r_1_x")}) == 2
+    play = rollout_plan(groups, hosts, max_unavailable=1, handed_over=True)
+    for key in ("order", "serial", "canaries", "budget"):
+        assert play[key] == probe[key], key
+    assert play["window"]["units"] == probe["window"]["units"]
+
+
+def test_a_replicas_errors_and_a_soak_rollback_refuse_the_plan():
+    bad = dict(REPLICA_FLEET, a1=dict(REPLICA_FLEET["a1"], sglang_node_rank=0))
+    found = _replicas(bad)
+    plan = rollout_plan(list(bad), list(bad), replicas=found)
+    assert any("rank 0 is given to a0 and a1" in e for e in plan["errors"]) and plan["handover"] == {}
+    plan = rollout_plan(list(REPLICA_FLEET), list(REPLICA_FLEET), replicas=_replicas(REPLICA_FLEET),
+                        soak_seconds=60, on_soak_failure="rollback")
+    assert plan["errors"] == [
+        "sglang_on_soak_failure=rollback: a failed soak rolls back the host it read, and the replicas of this "
+        "inventory (r-1.x, r_1_x) would need every node rolled back together, which the soak does not do yet; use "
+        "sglang_on_soak_failure=stop (the default); rolling a replica back is not served yet (playbooks/rollback.yml "
+        "refuses its nodes)"]
