@@ -1,0 +1,200 @@
+"""Multi-node replicas (--nnodes 2) rolled out as one unit by remediate.yml, on the test bed.
+
+Two replicas of two nodes (r1, r2: a leader of rank 0 and a follower of rank 1 sharing its network
+namespace) and one host of one node (solo), sglang_max_unavailable=1. Every node booted as a
+converged host of one node; prepare.yml took the followers' own servers down. The test double
+behaves as SGLang across nodes: the leader is healthy only once every rank joined its
+--dist-init-addr with the same settings, a follower serves only the stand-in health routes, and a
+rank whose peer goes away exits. The tests run in file order and build on each other:
+
+1. an inventory with a rank given twice is refused before anything changes;
+2. the first run makes each pair of nodes a replica: the canary is a replica, each node started once;
+3. a change the follower of r2 cannot start (a node-local fault, a drop-in outside the role) puts back
+   both nodes of r2, after r1 (the canary) took it, one replica out of rotation at a time;
+4. with the fault gone the rerun converges, a replica at a time, and the next rerun changes nothing;
+5. the audit reads every node.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+from operator_runs import Operator, server_info, sh  # noqa: E402
+from scenario_helpers import PROJECT, STARTS_LOG, UNIT, inventory, wait_until  # noqa: E402
+
+PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
+DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
+WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "replicas"
+
+
+def node(name: str) -> str:
+    return "%s-replicas-%s-%s" % (PREFIX, name, DISTRO)
+
+
+R1, R2, SOLO = [node("r1-0"), node("r1-1")], [node("r2-0"), node("r2-1")], node("solo")
+NODES = R1 + R2
+HOSTS = NODES + [SOLO]
+REMEDIATE = PROJECT / "remediate.yml"
+AUDIT = PROJECT / "playbooks" / "audit.yml"
+SCENARIO_INVENTORY = PROJECT / "molecule" / "replicas" / "inventory"
+KNOBS = {"sglang_max_unavailable": 1}
+# The change of runs 3 and 4, and the node-local fault of run 3: r2's follower cannot start it.
+CHANGE = dict(KNOBS, sglang_mem_fraction_static=0.8)
+DROP_IN = "/etc/systemd/system/sglang.service.d/cannot-start-the-change.conf"
+FAULT = "[Service]\nExecStartPre=/bin/sh -c '! grep -q -- \"--mem-fraction-static 0.8\" %s'\n" % UNIT
+ARTIFACTS = PROJECT / ".cache" / "molecule-logs" / "replicas-artifacts"
+
+
+def operator(*extra: Path) -> Operator:
+    return Operator(WORK, [Path(inventory()), SCENARIO_INVENTORY, *extra],
+                    callbacks="ansible.posix.profile_tasks,fleetops.sglang.sglang_report")
+
+
+def start_lines() -> Dict[str, List[List[float]]]:
+    """Each node's healthy starts: [start, healthy] per line of the double's start log."""
+    out = {}
+    for h in HOSTS:
+        text = sh(h, "cat %s 2>/dev/null || true" % STARTS_LOG)
+        out[h] = [[float(x) for x in line.split()[:2]] for line in text.splitlines() if line.strip()]
+    return out
+
+
+def new_starts(before):
+    now = start_lines()
+    return {h: now[h][len(before[h]):] for h in HOSTS}
+
+
+def unit_sha(h: str) -> str:
+    return sh(h, "sha256sum %s | cut -d' ' -f1" % UNIT)
+
+
+def follower_health(h: str, port: int = 30001) -> int:
+    return int(sh(h, "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:%d/health', "
+                     "timeout=5).status)\" 2>/dev/null || echo 0" % port))
+
+
+def slots(out: str):
+    return [(h, what, int(n)) for h, what, n in re.findall(
+        r"^window: (\S+) (leaves rotation|is back in rotation)[^(]*\((\d+) of", out, re.M)]
+
+
+def keep(name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(WORK / ("%s.log" % name), ARTIFACTS / ("%s.log" % name))
+
+
+def one_replica_at_a_time(starts) -> None:
+    """The replicas' starts do not overlap: one was healthy on both nodes before the other's first start."""
+    spans = {}
+    for nodes in (R1, R2):
+        lines = [line for h in nodes for line in starts[h]]
+        if lines:
+            spans[nodes[0]] = (min(s for s, _ in lines), max(h for _, h in lines))
+    if len(spans) == 2:
+        (a0, a1), (b0, b1) = sorted(spans.values())
+        assert a1 <= b0, spans
+
+
+def test_a_rank_given_twice_is_refused_before_anything_changes():
+    twice = WORK / "rank-twice"
+    twice.mkdir(parents=True, exist_ok=True)
+    (twice / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {R1[1]: {"sglang_node_rank": 0}}}}))
+    before, units = start_lines(), {h: unit_sha(h) for h in HOSTS}
+    run = operator(twice).run("rank-twice", REMEDIATE, KNOBS)
+    keep("rank-twice")
+    assert run.rc != 0
+    assert "replica r1: rank 0 is given to %s and %s (sglang_node_rank)" % (R1[0], R1[1]) in run.output, \
+        run.tail(40)
+    assert "replica r1: sglang_nnodes=2 but no host of the inventory has rank 1" in run.output
+    assert all(not lines for lines in new_starts(before).values())
+    assert {h: unit_sha(h) for h in HOSTS} == units
+
+
+def test_the_first_run_makes_each_pair_a_replica_and_the_canary_is_one():
+    before = start_lines()
+    run = operator().run("first", REMEDIATE, KNOBS)
+    keep("first")
+    assert run.rc == 0, run.tail(80)
+    starts = new_starts(before)
+    assert {h: len(starts[h]) for h in HOSTS} == {**{h: 1 for h in NODES}, SOLO: 0}, starts
+    assert re.search(r"canaries %s, %s;" % (R1[0], R1[1]), run.output), run.tail(80)
+    for nodes in (R1, R2):
+        for rank, h in enumerate(nodes):
+            unit = sh(h, "cat %s" % UNIT)
+            assert "--nnodes 2" in unit and "--node-rank %d" % rank in unit and "--dist-init-addr 127.0.0.1:5000" \
+                in unit, unit
+        assert follower_health(nodes[1]) == 200
+        assert server_info(nodes[0])["nnodes"] == 2
+    rows = operator().rows("first")
+    assert set(rows) == set(HOSTS)
+    assert rows[SOLO]["status"] == "ok" and not rows[SOLO]["restarted"]
+    assert all(rows[h]["restarted"] for h in NODES), rows
+
+
+def test_a_follower_that_cannot_start_the_change_puts_back_its_replica():
+    sh(R2[1], "mkdir -p %s && printf '%%s' %s > %s" % (os.path.dirname(DROP_IN), _q(FAULT), DROP_IN))
+    before, r2_units = start_lines(), {h: unit_sha(h) for h in R2}
+    run = operator().run("follower-fails", REMEDIATE, CHANGE)
+    keep("follower-fails")
+    assert run.rc != 0
+    starts = new_starts(before)
+    # r1, the canary, took the change; r2 started the change's leader, then both nodes what was put back.
+    assert all(len(starts[h]) == 1 for h in R1), starts
+    assert {h: unit_sha(h) for h in R2} == r2_units
+    assert "--mem-fraction-static 0.8" not in sh(R2[0], "cat %s" % UNIT)
+    # The follower failed its start; the leader, healthy only once every rank joined, says so; both put back
+    # together (the window strategy's join) and came back into rotation.
+    rows = operator().rows("follower-fails")
+    assert "Restart the server: Unable to start service sglang" in rows[R2[1]]["error"], rows[R2[1]]
+    assert "did not answer 200 within sglang_health_timeout" in rows[R2[0]]["error"], rows[R2[0]]
+    assert "Replica r2: its other node(s) failed meanwhile: %s: Restart the server" % R2[1] in rows[R2[0]]["error"]
+    assert all(rows[h]["rolled_back"] for h in R2), rows
+    assert "window: %s and %s meet at put back" % (R2[0], R2[1]) in run.output or \
+        "window: %s and %s meet at put back" % (R2[1], R2[0]) in run.output, run.tail(80)
+    wait_until(lambda: follower_health(R2[1]) == 200, 90, "r2's follower back on what was put back")
+    wait_until(lambda: server_info(R2[0]).get("mem_fraction_static") != 0.8, 90, "r2's leader on what was put back")
+    assert all(n <= 1 for _, what, n in slots(run.output) if what == "leaves rotation"), slots(run.output)
+    one_replica_at_a_time(starts)
+    assert rows[R2[1]]["status"].startswith("failed") and rows[R2[0]]["status"].startswith("failed"), rows
+    assert not starts[SOLO]
+
+
+def test_with_the_fault_gone_the_rerun_converges_a_replica_at_a_time():
+    sh(R2[1], "rm -f %s && systemctl daemon-reload" % DROP_IN)
+    before = start_lines()
+    run = operator().run("converges", REMEDIATE, CHANGE)
+    keep("converges")
+    assert run.rc == 0, run.tail(80)
+    starts = new_starts(before)
+    assert {h: len(starts[h]) for h in HOSTS} == {**{h: 0 for h in R1}, **{h: 1 for h in R2}, SOLO: 1}, starts
+    assert all(n <= 1 for _, what, n in slots(run.output) if what == "leaves rotation"), slots(run.output)
+    assert "--mem-fraction-static 0.8" in sh(R2[1], "cat %s" % UNIT)
+    before = start_lines()
+    run = operator().run("rerun", REMEDIATE, CHANGE)
+    keep("rerun")
+    assert run.rc == 0 and run.changed() == 0, run.tail(60)
+    assert all(not lines for lines in new_starts(before).values())
+
+
+def test_the_audit_reads_every_node():
+    run = operator().run("audit", AUDIT, CHANGE)
+    keep("audit")
+    assert run.rc == 0, run.tail(60)
+    rows = operator().rows("audit")
+    assert set(rows) == set(HOSTS) and all(rows[h]["compliant"] for h in HOSTS), rows
+    # The leader's live reading is the replica's; a follower has none to read (no API).
+    for leader, follower in (R1, R2):
+        assert rows[leader]["live_source"] == "probe" and 3.2 <= rows[leader]["live_accept_length"] <= 3.7, \
+            rows[leader]
+        assert rows[follower]["live_source"] == "not read", rows[follower]
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
