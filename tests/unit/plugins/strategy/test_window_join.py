@@ -25,7 +25,10 @@ PLAY = """
   tasks:
     - block:
         - name: Prepare
-          ansible.builtin.shell: sleep {{ slow.get(inventory_hostname, 0) }}; echo "ready {{ inventory_hostname }}" >> {{ log }}
+          ansible.builtin.shell: >-
+            {{ ('t=0; until [ -e ' ~ log ~ '.solo ] || [ $t -ge 600 ]; do sleep 0.1; t=$((t+1)); done;')
+               if inventory_hostname in waits_for_solo else '' }}
+            sleep {{ slow.get(inventory_hostname, 0) }}; echo "ready {{ inventory_hostname }}" >> {{ log }}
           changed_when: false
         - name: Fail to prepare
           ansible.builtin.fail: {msg: planned}
@@ -38,7 +41,7 @@ PLAY = """
             msg: "not ready: {{ _sglang_window_joined.missing | join(',') }}"
           when: _sglang_window_joined is defined and _sglang_window_joined.missing | length > 0
         - name: Restart
-          ansible.builtin.shell: echo "restart {{ inventory_hostname }}" >> {{ log }}
+          ansible.builtin.shell: echo "restart {{ inventory_hostname }}" >> {{ log }}; touch {{ log }}.{{ inventory_hostname }}
           changed_when: false
         - name: Remember the restart
           ansible.builtin.set_fact: {restarted: true}
@@ -76,14 +79,15 @@ UNITS = {"a0": "a", "a1": "a", "b0": "b", "b1": "b"}
 HOSTS = ["a0", "a1", "b0", "b1", "solo"]
 
 
-def run(tmp_path, slow=None, gate_slow=None, prep_fails=(), gate_fails=(), forks=10):
+def run(tmp_path, slow=None, gate_slow=None, prep_fails=(), gate_fails=(), forks=10, waits_for_solo=()):
     window = {"size": 3, "budget": 3, "max_failures": 5, "lookahead": None, "canaries": [], "hosts": len(HOSTS),
               "serial": [len(HOSTS)], "stop_file": str(tmp_path / "STOP"), "kept_out": [], "units": UNITS}
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "hosts").write_text("\n".join("%s ansible_connection=local ansible_python_interpreter=%s"
                                               % (h, sys.executable) for h in HOSTS) + "\n")
     variables = {"window": window, "log": str(tmp_path / "log"), "slow": dict(slow or {}),
-                 "gate_slow": dict(gate_slow or {}), "prep_fails": list(prep_fails), "gate_fails": list(gate_fails)}
+                 "gate_slow": dict(gate_slow or {}), "prep_fails": list(prep_fails), "gate_fails": list(gate_fails),
+                 "waits_for_solo": list(waits_for_solo)}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_FORKS=str(forks),
                SGLANG_REPORT_DIR=str(tmp_path / "reports"))
@@ -100,11 +104,12 @@ def failed_with(out, host):
 
 
 def test_no_node_restarts_before_every_node_of_its_replica_is_ready(tmp_path):
-    proc, log = run(tmp_path, slow={"a1": 3, "b0": 2})
+    # a1 gets ready only once solo restarted (up to 60 s): had solo waited for the replicas, a1 would be late.
+    proc, log = run(tmp_path, slow={"b0": 2}, waits_for_solo=["a1"])
     assert proc.returncode == 0, proc.stdout[-3000:]
     for node, other in (("a0", "a1"), ("a1", "a0"), ("b0", "b1"), ("b1", "b0")):
         assert log.index(("ready", other)) < log.index(("restart", node)), log
-    # A host of one node waits for nobody: it restarted before the slow nodes were ready.
+    # A host of one node waits for nobody: it restarted before a node of a replica was ready.
     assert log.index(("restart", "solo")) < log.index(("ready", "a1")), log
     assert "window: a0 and a1 meet at prepared" in proc.stdout
     assert sorted(h for what, h in log if what == "done") == sorted(HOSTS)
