@@ -188,9 +188,13 @@ class _Resolved(Mapping):
 
     def __init__(self, hostvars: Any) -> None:
         self._hostvars = hostvars
+        # One lookup of a host's variables per filter call (each is a pass over every source of the host's vars).
+        self._hosts: dict[str, Mapping] = {}
 
     def __getitem__(self, host: str) -> Mapping:
-        return _ResolvedHost(self._hostvars, host, self._hostvars[host])
+        if host not in self._hosts:
+            self._hosts[host] = _ResolvedHost(self._hostvars, host, self._hostvars[host])
+        return self._hosts[host]
 
     def __iter__(self):
         return iter(self._hostvars)

@@ -69,7 +69,8 @@ def _value(v: float) -> str:
 def render(values: Dict[str, Any]) -> str:
     """The textfile for one host, metrics sorted by name, each with HELP and TYPE.
 
-    ``values``: compliant, release, decision, family, draft_ids, mode, accept_length_min,
+    ``values``: compliant, release, decision, family, draft_ids, mode, replica (the multi-node replica
+    the host is a node of, "" for a host of one node), accept_length_min,
     live (a reading from _live.judge, or None), classes, restarts_total,
     last_run (epoch seconds), last_success (epoch seconds or None).
     """
@@ -98,7 +99,9 @@ def render(values: Dict[str, Any]) -> str:
     metric("info", "gauge", "What the last run found installed and decided; always 1.",
            [((("release", values.get("release") or ""), ("decision", values.get("decision") or ""),
               ("family", values.get("family") or ""), ("draft_ids", ids),
-              ("mode", values.get("mode") or "")), 1)])
+              ("mode", values.get("mode") or ""))
+             # A node of a multi-node replica names it (an empty label is no label: hosts of one node keep their series).
+             + ((("replica", values["replica"]),) if values.get("replica") else ()), 1)])
     metric("last_run_timestamp_seconds", "gauge", "When the last remediation or audit run wrote this file.",
            [((), values["last_run"])])
     metric("last_success_timestamp_seconds", "gauge",

@@ -70,6 +70,12 @@ options:
     type: str
     choices: [remediate, audit, rollback]
     default: remediate
+  replica:
+    description:
+      - The multi-node replica the host is a node of (the report row's C(sglang_remediation.replica)), a label of
+        C(sglang_remediation_info); empty for a host of one node.
+    type: str
+    default: ""
   drift:
     description:
       - What is not as it should be, the findings of the role's report row (C(sglang_remediation.drift)).
@@ -189,6 +195,7 @@ def main():
             family=dict(type="str", default=""),
             draft_ids=dict(type="list", elements="raw", default=[]),
             mode=dict(type="str", default=REMEDIATE, choices=list(RUN_MODES)),
+            replica=dict(type="str", default=""),
             drift=dict(type="list", elements="dict", default=[], options=dict(
                 code=dict(type="str", required=True),
                 text=dict(type="str", default=""),
@@ -210,7 +217,7 @@ def main():
     success = bool(p["compliant"]) and not p["error"]
     values = dict(compliant=success, release=p["release"], decision=p["decision"], family=p["family"],
                   draft_ids=p["draft_ids"], mode=p["mode"], live=p["live"], classes=classes,
-                  accept_length_min=p["accept_length_min"])
+                  accept_length_min=p["accept_length_min"], replica=p["replica"])
     now = time.time()
     if module.check_mode:
         total = load_restarts(p["state_file"]) + max(p["restarts"], 0)

@@ -302,6 +302,12 @@ options:
             adopted (audits); check mode never records.
         type: bool
         default: false
+      health_url:
+        description:
+          - A follower of a multi-node replica (no API, no O(live) reading) gives its base URL. Its stand-in health
+            server answers C(/health) with 200 once its schedulers joined the replica, and that answer stands for
+            the live reading.
+        type: str
   textfile:
     description:
       - Write the node_exporter textfile when the host is compliant (the run ends at the probe);
@@ -324,6 +330,12 @@ options:
         type: str
         choices: [remediate, audit, rollback]
         default: remediate
+      replica:
+        description:
+          - The multi-node replica the host is a node of (a label of C(sglang_remediation_info)); empty for a host
+            of one node.
+        type: str
+        default: ""
   role_checks:
     description:
       - Controller side (action plugin), before anything is rendered or sent to the host. Checks the calling
@@ -902,7 +914,7 @@ def live_reading(live, release, request=http_request):
                      live["request_timeout"], live["generate_timeout"])
 
 
-def adoption(p, result, reasons, audit, check_mode, run_command, which):
+def adoption(p, result, reasons, audit, check_mode, run_command, which, request=http_request):
     """Adopt a server that runs what should run but has no recorded start (_adopt): record its
     fingerprint (not in check mode or an audit, which only say so) and restart nothing.
 
@@ -911,6 +923,11 @@ def adoption(p, result, reasons, audit, check_mode, run_command, which):
     """
     spec = p.get("adopt")
     live = result.get("live")
+    if spec and spec.get("health_url") and not live:
+        # A follower of a multi-node replica: no API to read; its stand-in health server answers once its
+        # schedulers joined the replica (the leader's reading is the replica's).
+        status, _answer, _error = request(spec["health_url"].rstrip("/") + "/health", 10)
+        live = {"read": status == 200, "reasons": []}
     if not spec or codes(reasons) != [NO_HEALTHY_START] or not result["active"] or not live or not live.get("read") \
             or live.get("reasons") or audit["failed"]:
         return None
@@ -940,7 +957,7 @@ def write_textfile(textfile, result, check_mode, now=None):
     values = dict(compliant=not reasons, release=result["release"], decision=result["decision"],
                   family=audit.get("family") or "", draft_ids=result["draft_layer_ids"] or [],
                   mode=textfile["mode"], live=result["live"], classes=classify(codes(reasons)),
-                  accept_length_min=textfile.get("accept_length_min", 0))
+                  accept_length_min=textfile.get("accept_length_min", 0), replica=textfile.get("replica") or "")
     update(textfile["path"], textfile["state_file"], values, restarts=0,
            now=time.time() if now is None else now, success=not reasons)
     return textfile["path"]
@@ -1097,6 +1114,7 @@ def main():
                 env_file=dict(type="path", required=True),
                 paths=dict(type="list", elements="path", default=[]),
                 record=dict(type="bool", default=False),
+                health_url=dict(type="str"),
             )),
             # Consumed by the action plugin on the controller, never sent here (documented for it).
             role_checks=dict(type="bool", default=False),
@@ -1107,6 +1125,7 @@ def main():
                 path=dict(type="path", required=True),
                 state_file=dict(type="path", required=True),
                 mode=dict(type="str", default=REMEDIATE, choices=list(RUN_MODES)),
+                replica=dict(type="str", default=""),
             )),
         ),
         supports_check_mode=True,

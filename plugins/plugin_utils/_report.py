@@ -75,7 +75,7 @@ def new_row(host: str) -> Dict[str, Any]:
         "tokens_per_s": None, "out_of_rotation_s": None, "left_rotation_at": None,
         "back_in_rotation_at": None, "restart_to_healthy_s": None, "live_accept_length": None, "live_source": "", "live_settings": {},
         "live_notes": [], "left": [], "changes": [], "restarts": 0, "soak": "", "error": "", "failed_task": "",
-        "stats": {},
+        "stats": {}, "replica": None,
     }
 
 
@@ -188,6 +188,23 @@ def soak_lines(soaks: List[Mapping[str, Any]]) -> List[str]:
     return lines
 
 
+def replica_lines(rows: List[Mapping[str, Any]]) -> List[str]:
+    """One line per multi-node replica among the rows: its nodes and its verdict, the worst of its nodes'
+    statuses (a replica is compliant only when every node is)."""
+    nodes: Dict[str, List[Mapping[str, Any]]] = {}
+    for row in rows:
+        if row.get("replica"):
+            nodes.setdefault(str(row["replica"]), []).append(row)
+    lines = []
+    for name, members in nodes.items():
+        worst = min((r["status"] for r in members),
+                    key=lambda s: STATUS_ORDER.index(s) if s in STATUS_ORDER else len(STATUS_ORDER))
+        bad = [r["host"] for r in members if r["status"] == worst] if worst in ATTENTION or worst == "noncompliant" else []
+        shown = " (%s)" % ", ".join(bad) if bad else ""
+        lines.append("- replica %s (%s): **%s**%s" % (name, ", ".join(r["host"] for r in members), worst, shown))
+    return lines
+
+
 def render_markdown(doc: Dict[str, Any]) -> str:
     """The human report: run line, counts, failures first, then one row per host."""
     run = doc["run"]
@@ -208,6 +225,7 @@ def render_markdown(doc: Dict[str, Any]) -> str:
             if window.get("not_serving") else "", window["peak_out_of_rotation"],
             "stopped: %s" % window["stopped"] if window["stopped"] else "not stopped"))
     lines += soak_lines(run.get("soaks") or [])
+    lines += replica_lines(rows)
     for part in run.get("parts") or []:
         lines.append("- part %s: %s, job %s, run %s, stage %s, %d hosts: **%s**%s" % (
             part["part"], part["path"], part.get("job_id") or "-", part["run_id"], part["stage"], part["hosts"],

@@ -117,6 +117,7 @@ def remediation_row(
     textfile: Any = None,
     out_at: Any = None,
     back_at: Any = None,
+    replica: Any = None,
 ) -> Dict[str, Any]:
     """A host's fleet report row from the run's structured results.
 
@@ -233,6 +234,8 @@ def remediation_row(
         "drift": drift,
         "server_args_warnings": server_args_warnings(parse),
         "live": live,
+        # The multi-node replica this host is a node of (plugin_utils/_replicas.py); None for a host of one node.
+        "replica": str(replica) if replica else None,
         "error": error or "",
         "failed_task": failed_task or "",
     }
@@ -248,7 +251,7 @@ def remediation_row(
 
 
 def probe_row(host: str, wanted_release: str, probe: Mapping[str, Any], speculative_flags: Mapping[str, Any],
-              audit: bool = False, check_mode: bool = False) -> Dict[str, Any]:
+              audit: bool = False, check_mode: bool = False, replica: Any = None) -> Dict[str, Any]:
     """The row of a host that ends at its probe (the probe's action plugin sets it).
 
     Its files are as they should be (the run ends here): the probe's engine result
@@ -259,7 +262,7 @@ def probe_row(host: str, wanted_release: str, probe: Mapping[str, Any], speculat
                draft_layer_ids=probe.get("draft_layer_ids"), compliant=True)
     row = remediation_row(host, wanted_release, fix=fix, probe_live=probe.get("live"),
                           speculative_flags=speculative_flags, audit=audit, check_mode=check_mode,
-                          textfile=probe.get("textfile"))
+                          textfile=probe.get("textfile"), replica=replica)
     row["adopted"] = bool(_result(probe.get("adoption")).get("adopted"))
     return row
 

@@ -217,12 +217,14 @@ class StrategyModule(FreeStrategyModule):
             del state.decisions[name]
             return True
         if kind == "join":
-            if decision[1] and not self._join(iterator, name, task):
+            if decision[1] and not self._join(iterator, name, decision[2], decision[3]):
                 return False
             if not decision[1]:
-                # Nobody to meet (a host of one node, or its when false): nobody missing either.
+                # Nobody to meet (a host of one node, or its when false): nobody missing either; a join that could
+                # not be judged misses every other node.
+                missing = [h for h in self._members(name) if h != name] if decision[2] == -1 else []
                 self._variable_manager.set_host_variable(name, JOINED_VAR, {"join": None, "with": [name],
-                                                                            "missing": []})
+                                                                            "missing": missing})
             del state.decisions[name]
             return True
         self._stop_file()
@@ -253,7 +255,7 @@ class StrategyModule(FreeStrategyModule):
         if kind == "admit":
             return True, False
         if kind == "join" and len(self._members(host.get_name())) < 2:
-            return False, False
+            return False, 0, ""
         try:
             variables = self._variable_manager.get_vars(play=iterator._play, host=host, task=task,
                                                         _hosts=self._hosts_cache, _hosts_all=self._hosts_cache_all)
@@ -261,7 +263,9 @@ class StrategyModule(FreeStrategyModule):
             engine = TemplateEngine(loader=self._loader, variables=variables)
             needed = all(engine.evaluate_conditional(c) for c in (task.when or []))
             if kind == "join":
-                return needed, False
+                # Its order and name may be templated (an included task file's parameters).
+                order = int(engine.template(task.vars.get(JOIN_ORDER_VAR)) or 0) if needed else 0
+                return needed, order, str(engine.template(task.vars.get(JOIN_VAR)) or task.get_name())
             if kind == "sleep":
                 seconds = float(engine.template(task.vars.get(SLEEP_VAR)) or 0) if needed else 0.0
                 return seconds > 0, time.monotonic() + seconds
@@ -271,6 +275,10 @@ class StrategyModule(FreeStrategyModule):
             display.warning("window: %s: could not judge %r (%s); %s"
                             % (host.get_name(), task.get_name(), exc,
                                "it runs without its wait" if kind == "sleep" else "it waits for a slot"))
+            if kind == "join":
+                # Let through (held, it would hold its replica for ever), with every other node missing: the
+                # role's next task then fails it before it changes anything more.
+                return False, -1, ""
             return (False, 0.0) if kind == "sleep" else (True, False)
 
     # --- the nodes of a replica meeting ---------------------------------------------
@@ -287,14 +295,13 @@ class StrategyModule(FreeStrategyModule):
             return True
         return iterator.get_state_for_host(name).run_state == IteratingStates.COMPLETE
 
-    def _join(self, iterator, name, task):
-        """Whether ``name`` may go on past its join (``task``): see the module's docstring."""
+    def _join(self, iterator, name, order, join):
+        """Whether ``name`` may go on past its join (``order``, ``join``): see the module's docstring."""
         state = self._window
         if name in state.joined:
             self._variable_manager.set_host_variable(name, JOINED_VAR, state.joined.pop(name))
             return True
-        vars_ = task.vars or {}
-        state.joins[name] = (int(vars_.get(JOIN_ORDER_VAR) or 0), str(vars_.get(JOIN_VAR) or task.get_name()))
+        state.joins[name] = (int(order), str(join))
         members = self._members(name)
         live = [h for h in members if h == name or not self._ended(iterator, h)]
         if any(h not in state.joins for h in live):

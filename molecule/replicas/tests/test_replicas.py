@@ -7,12 +7,16 @@ behaves as SGLang across nodes: the leader is healthy only once every rank joine
 --dist-init-addr with the same settings, a follower serves only the stand-in health routes, and a
 rank whose peer goes away exits. The tests run in file order and build on each other:
 
-1. an inventory with a rank given twice is refused before anything changes;
+1. an inventory with a rank given twice is refused before anything changes, and so is rollback.yml over a
+   replica's nodes;
 2. the first run makes each pair of nodes a replica: the canary is a replica, each node started once;
-3. a change the follower of r2 cannot start (a node-local fault, a drop-in outside the role) puts back
-   both nodes of r2, after r1 (the canary) took it, one replica out of rotation at a time;
-4. with the fault gone the rerun converges, a replica at a time, and the next rerun changes nothing;
-5. the audit reads every node.
+3. a follower that fails puts back its replica: r1's before any restart (it refuses to prepare), r2's after
+   (it cannot start the change: a node-local fault, a drop-in outside the role), one replica out at a time;
+4. a leader failing before the stop (r1: its drain hook) or at its gate (r2: accept length) puts back its replica,
+   its follower learning of it where the nodes meet;
+5. with the faults gone the rerun converges, a replica at a time, and the next rerun changes nothing;
+6. every node's record of its healthy start taken away, the running replicas are adopted, not restarted;
+7. the audit reads every node.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from operator_runs import Operator, server_info, sh  # noqa: E402
-from scenario_helpers import PROJECT, STARTS_LOG, UNIT, inventory, wait_until  # noqa: E402
+from scenario_helpers import DEEPSEEK_REL, PROJECT, SITE, STARTS_LOG, UNIT, inventory, wait_until  # noqa: E402
 
 PREFIX = os.environ.get("SGLANG_TESTBED_PREFIX", "sglang")
 DISTRO = os.environ.get("MOLECULE_DISTRO", "bookworm")
@@ -43,12 +47,18 @@ NODES = R1 + R2
 HOSTS = NODES + [SOLO]
 REMEDIATE = PROJECT / "remediate.yml"
 AUDIT = PROJECT / "playbooks" / "audit.yml"
+ROLLBACK = PROJECT / "playbooks" / "rollback.yml"
 SCENARIO_INVENTORY = PROJECT / "molecule" / "replicas" / "inventory"
 KNOBS = {"sglang_max_unavailable": 1}
 # The change of runs 3 and 4, and the node-local fault of run 3: r2's follower cannot start it.
 CHANGE = dict(KNOBS, sglang_mem_fraction_static=0.8)
 DROP_IN = "/etc/systemd/system/sglang.service.d/cannot-start-the-change.conf"
 FAULT = "[Service]\nExecStartPre=/bin/sh -c '! grep -q -- \"--mem-fraction-static 0.8\" %s'\n" % UNIT
+# The second change (runs 4 and on), and the drain and undrain hooks of run 4.
+CHANGE_2 = dict(KNOBS, sglang_mem_fraction_static=0.7)
+HOOKS = PROJECT / "molecule" / "replicas" / "files"
+RECORD = "/var/lib/sglang-remediation/running.json"
+TEXTFILE = "/var/lib/prometheus/node-exporter/sglang_remediation.prom"
 ARTIFACTS = PROJECT / ".cache" / "molecule-logs" / "replicas-artifacts"
 
 
@@ -115,6 +125,14 @@ def test_a_rank_given_twice_is_refused_before_anything_changes():
     assert "replica r1: sglang_nnodes=2 but no host of the inventory has rank 1" in run.output
     assert all(not lines for lines in new_starts(before).values())
     assert {h: unit_sha(h) for h in HOSTS} == units
+    # rollback.yml rolls hosts back one by one: it refuses a replica's node, naming it (its first batch, the
+    # canary, is that node: the rollout stops there).
+    run = operator().run("rollback-refused", ROLLBACK, KNOBS, args=["--limit", ",".join(R1)])
+    keep("rollback-refused")
+    assert run.rc != 0
+    assert "%s is a node of the multi-node replica r1 (sglang_replica)" % R1[0] in run.output, run.tail(40)
+    assert all(not lines for lines in new_starts(before).values())
+    assert {h: unit_sha(h) for h in HOSTS} == units
 
 
 def test_the_first_run_makes_each_pair_a_replica_and_the_canary_is_one():
@@ -134,57 +152,126 @@ def test_the_first_run_makes_each_pair_a_replica_and_the_canary_is_one():
         assert server_info(nodes[0])["nnodes"] == 2
     rows = operator().rows("first")
     assert set(rows) == set(HOSTS)
-    assert rows[SOLO]["status"] == "ok" and not rows[SOLO]["restarted"]
-    assert all(rows[h]["restarted"] for h in NODES), rows
+    assert rows[SOLO]["status"] == "ok" and not rows[SOLO]["restarted"] and rows[SOLO]["replica"] is None
+    assert all(rows[h]["restarted"] and rows[h]["replica"] == ("r1" if h in R1 else "r2") for h in NODES), rows
+    # A line per replica in fleet.md; each node's textfile names its replica.
+    md = (WORK / "reports" / "first" / "latest" / "fleet.md").read_text()
+    assert "- replica r1 (%s, %s): **%s**" % (R1[0], R1[1], rows[R1[0]]["status"]) in md, md
+    for h in NODES:
+        assert 'replica="%s"' % rows[h]["replica"] in sh(h, "cat %s" % TEXTFILE)
+    assert "replica=" not in sh(SOLO, "cat %s" % TEXTFILE)
 
 
-def test_a_follower_that_cannot_start_the_change_puts_back_its_replica():
+def test_a_node_that_fails_puts_back_its_replica_before_or_after_the_restart():
+    """No canary (a later stage's run) and every failure tolerated, so that both replicas are tried. r1's follower
+    refuses to prepare (its deepseek_v2.py edited by hand): its leader, waiting for it, restarts nothing. r2's
+    follower cannot start the change (a drop-in outside the role fails its start): its leader, healthy only once
+    every rank joined, fails too, and both are put back, started together. One replica out of rotation at a time."""
+    sh(R1[1], "f=$(ls -d %s/%s) && cp -p \"$f\" /root/deepseek_v2.py.orig && echo '# local hotfix' >> \"$f\""
+       % (SITE, DEEPSEEK_REL))
     sh(R2[1], "mkdir -p %s && printf '%%s' %s > %s" % (os.path.dirname(DROP_IN), _q(FAULT), DROP_IN))
-    before, r2_units = start_lines(), {h: unit_sha(h) for h in R2}
-    run = operator().run("follower-fails", REMEDIATE, CHANGE)
-    keep("follower-fails")
+    before, units = start_lines(), {h: unit_sha(h) for h in NODES}
+    run = operator().run("nodes-fail", REMEDIATE, dict(CHANGE, sglang_rollout_stage="after_canaries",
+                                                       sglang_max_fail_percentage=100))
+    keep("nodes-fail")
     assert run.rc != 0
     starts = new_starts(before)
-    # r1, the canary, took the change; r2 started the change's leader, then both nodes what was put back.
-    assert all(len(starts[h]) == 1 for h in R1), starts
-    assert {h: unit_sha(h) for h in R2} == r2_units
-    assert "--mem-fraction-static 0.8" not in sh(R2[0], "cat %s" % UNIT)
-    # The follower failed its start; the leader, healthy only once every rank joined, says so; both put back
-    # together (the window strategy's join) and came back into rotation.
-    rows = operator().rows("follower-fails")
+    rows = operator().rows("nodes-fail")
+    # r1: the follower refused before any restart, the leader learnt it where the nodes meet: nothing restarted.
+    assert "matches neither RECORD" in rows[R1[1]]["error"], rows[R1[1]]
+    assert "r1: %s did not get ready (failed or unreachable before any restart)" % R1[1] in rows[R1[0]]["error"], \
+        rows[R1[0]]
+    assert not starts[R1[0]] and not starts[R1[1]], starts
+    # r2: the follower failed its start; the leader says so; both put back together and healthy again.
     assert "Restart the server: Unable to start service sglang" in rows[R2[1]]["error"], rows[R2[1]]
     assert "did not answer 200 within sglang_health_timeout" in rows[R2[0]]["error"], rows[R2[0]]
     assert "Replica r2: its other node(s) failed meanwhile: %s: Restart the server" % R2[1] in rows[R2[0]]["error"]
     assert all(rows[h]["rolled_back"] for h in R2), rows
-    assert "window: %s and %s meet at put back" % (R2[0], R2[1]) in run.output or \
-        "window: %s and %s meet at put back" % (R2[1], R2[0]) in run.output, run.tail(80)
+    assert re.search(r"^window: (%s and %s|%s and %s) meet at put back$" % (R2[0], R2[1], R2[1], R2[0]),
+                     run.output, re.M), run.tail(80)
+    assert {h: unit_sha(h) for h in NODES} == units
+    assert "--mem-fraction-static 0.8" not in sh(R2[0], "cat %s" % UNIT)
     wait_until(lambda: follower_health(R2[1]) == 200, 90, "r2's follower back on what was put back")
     wait_until(lambda: server_info(R2[0]).get("mem_fraction_static") != 0.8, 90, "r2's leader on what was put back")
     assert all(n <= 1 for _, what, n in slots(run.output) if what == "leaves rotation"), slots(run.output)
     one_replica_at_a_time(starts)
-    assert rows[R2[1]]["status"].startswith("failed") and rows[R2[0]]["status"].startswith("failed"), rows
-    assert not starts[SOLO]
-
-
-def test_with_the_fault_gone_the_rerun_converges_a_replica_at_a_time():
+    # The host of one node went on (every failure tolerated): it took the change.
+    assert len(starts[SOLO]) == 1 and rows[SOLO]["status"] == "changed", rows[SOLO]
+    sh(R1[1], "cp -p /root/deepseek_v2.py.orig $(ls -d %s/%s)" % (SITE, DEEPSEEK_REL))
     sh(R2[1], "rm -f %s && systemctl daemon-reload" % DROP_IN)
+
+
+def test_a_leader_that_fails_puts_back_its_replica_whether_before_the_stop_or_at_its_gate():
+    """No canary (a later stage's run) and every failure tolerated, so that both replicas are tried: r1's leader
+    fails its drain hook (its follower, waiting to stop, stops nothing: no node of r1 restarts); r2's leader fails
+    its gate (an accept length minimum no server reaches), its follower passes its own (health) and learns at the
+    replica's verdict that the leader failed: both are put back, started together."""
+    before, units = start_lines(), {h: unit_sha(h) for h in HOSTS}
+    run = operator().run("leaders-fail", REMEDIATE, dict(
+        CHANGE_2, sglang_rollout_stage="after_canaries", sglang_max_fail_percentage=100, sglang_accept_length_min=9,
+        sglang_pre_restart_tasks=str(HOOKS / "drain.yml"), sglang_post_restart_tasks=str(HOOKS / "undrain.yml"),
+        replicas_drain_fails=[R1[0]]))
+    keep("leaders-fail")
+    assert run.rc != 0
+    rows = operator().rows("leaders-fail")
+    starts = new_starts(before)
+    # r1: the leader's drain failed; nothing restarted, every file put back.
+    assert "the load balancer refused to drain %s" % R1[0] in rows[R1[0]]["error"], rows[R1[0]]
+    assert "r1: %s failed before every node could stop" % R1[0] in rows[R1[1]]["error"], rows[R1[1]]
+    assert not starts[R1[0]] and not starts[R1[1]], starts
+    # r2: the leader's gate failed, its follower passed its own and failed at the verdict; both put back.
+    assert "accept length" in rows[R2[0]]["error"], rows[R2[0]]
+    assert "r2: %s did not pass its gate (failed or unreachable), while %s passed its own" % (R2[0], R2[1]) in \
+        rows[R2[1]]["error"], rows[R2[1]]
+    assert re.search(r"^window: %s meet at gated; not there: %s$" % (R2[1], R2[0]), run.output, re.M), run.tail(80)
+    assert all(rows[h]["rolled_back"] for h in R2) and all(len(starts[h]) == 2 for h in R2), (rows, starts)
+    assert {h: unit_sha(h) for h in HOSTS} == units
+    wait_until(lambda: follower_health(R2[1]) == 200, 90, "r2's follower back on what was put back")
+    wait_until(lambda: server_info(R2[0]).get("mem_fraction_static") != 0.7, 90, "r2's leader on what was put back")
+    # The hooks ran on the leaders only (and on the host of one node).
+    for h in (R1[1], R2[1]):
+        assert sh(h, "cat /var/lib/sglang/drains.log /var/lib/sglang/undrains.log 2>/dev/null | wc -l") == "0"
+    assert sh(R2[0], "wc -l < /var/lib/sglang/drains.log") == "1"
+    assert "- replica r2 (%s, %s): **failed** (%s, %s)" % (R2[0], R2[1], R2[0], R2[1]) in \
+        (WORK / "reports" / "leaders-fail" / "latest" / "fleet.md").read_text()
+
+
+def test_with_the_faults_gone_the_rerun_converges_a_replica_at_a_time():
+    sh(R2[0], "rm -f %s && systemctl daemon-reload" % DROP_IN)
     before = start_lines()
-    run = operator().run("converges", REMEDIATE, CHANGE)
+    run = operator().run("converges", REMEDIATE, CHANGE_2)
     keep("converges")
     assert run.rc == 0, run.tail(80)
     starts = new_starts(before)
-    assert {h: len(starts[h]) for h in HOSTS} == {**{h: 0 for h in R1}, **{h: 1 for h in R2}, SOLO: 1}, starts
+    # Every host failed or was put back in run 4 (the host of one node at its gate): each starts once.
+    assert {h: len(starts[h]) for h in HOSTS} == {h: 1 for h in HOSTS}, starts
     assert all(n <= 1 for _, what, n in slots(run.output) if what == "leaves rotation"), slots(run.output)
-    assert "--mem-fraction-static 0.8" in sh(R2[1], "cat %s" % UNIT)
+    one_replica_at_a_time(starts)
+    assert "--mem-fraction-static 0.7" in sh(R2[1], "cat %s" % UNIT)
     before = start_lines()
-    run = operator().run("rerun", REMEDIATE, CHANGE)
+    run = operator().run("rerun", REMEDIATE, CHANGE_2)
     keep("rerun")
     assert run.rc == 0 and run.changed() == 0, run.tail(60)
     assert all(not lines for lines in new_starts(before).values())
 
 
+def test_a_running_replica_whose_starts_were_never_recorded_is_adopted_without_a_restart():
+    """As a fleet converged by hand or by another tool: every node runs what its unit would start, none recorded it.
+    The leader is adopted on its live reading, a follower on its stand-in health: nothing restarts."""
+    for h in NODES:
+        sh(h, "rm %s" % RECORD)
+    before = start_lines()
+    run = operator().run("adopt", REMEDIATE, CHANGE_2)
+    keep("adopt")
+    assert run.rc == 0, run.tail(60)
+    rows = operator().rows("adopt")
+    assert all(rows[h]["status"] == "adopted" and rows[h]["adopted"] for h in NODES), rows
+    assert all(not lines for lines in new_starts(before).values())
+    assert all(sh(h, "test -s %s && echo yes" % RECORD) == "yes" for h in NODES)
+
+
 def test_the_audit_reads_every_node():
-    run = operator().run("audit", AUDIT, CHANGE)
+    run = operator().run("audit", AUDIT, CHANGE_2)
     keep("audit")
     assert run.rc == 0, run.tail(60)
     rows = operator().rows("audit")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import MODULE_UTILS_DIR, MODULES, run_module
-from double_harness import remediated_double
+from double_harness import free_port, remediated_double
 
 spec = importlib.util.spec_from_file_location("_adopt", MODULE_UTILS_DIR / "_adopt.py")
 A = importlib.util.module_from_spec(spec)
@@ -147,3 +147,17 @@ def test_the_probe_restarts_a_server_it_cannot_adopt(adoptable):
     rc, res = run_module(PROBE, h.tmp, args)
     assert res["adoption"] is None and res["reasons"] == [
         {"code": "server.not_recorded", "text": "no healthy start recorded: restart needed"}]
+
+
+def test_a_follower_is_adopted_on_its_health_and_not_without_it(adoptable):
+    """A follower of a multi-node replica has no API to read: its stand-in health server's /health stands for the
+    live reading (the leader's reading is the replica's). Nothing answering there: not adopted, restarted."""
+    h, double, args, _recorded = adoptable
+    args = {k: v for k, v in args.items() if k != "live"}
+    args["adopt"] = dict(args["adopt"], health_url="http://127.0.0.1:%d" % free_port())
+    rc, res = run_module(PROBE, h.tmp, args)
+    assert rc == 0 and res["adoption"] is None and res["restart_needed"] is True, res
+    args["adopt"] = dict(args["adopt"], health_url="http://127.0.0.1:%d" % double.port)
+    rc, res = run_module(PROBE, h.tmp, args)
+    assert rc == 0 and res["adoption"] == {"adopted": True, "recorded": True, "blockers": []}, res
+    assert res["restart_needed"] is False and h.state_file.exists()

@@ -182,6 +182,15 @@ def test_textfile_passes_promtool_check_metrics(promtool, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "" and proc.stderr.strip() == "", proc
 
 
+def test_a_node_of_a_replica_names_it_and_a_host_of_one_node_keeps_its_series(promtool):
+    info = ('sglang_remediation_info{release="0.5.9",decision="patch",family="body_a_loop",draft_ids="-1,2,30",'
+            'mode="audit"')
+    for replica, series in (("dsv3-r01", info + ',replica="dsv3-r01"}'), ("", info + "}")):
+        text = METRICS.render(dict(_values(replica=replica), restarts_total=0, last_run=1.0, last_success=1.0))
+        assert _samples(text)[series] == 1, text
+        assert promtool("check", "metrics", stdin=text).returncode == 0
+
+
 def test_restarts_persist_and_last_success_survives_a_failed_run(tmp_path):
     prom, state = tmp_path / "tf" / "sglang_remediation.prom", tmp_path / "state" / "metrics-state.json"
     METRICS.update(str(prom), str(state), _values(), restarts=1, now=1000.0, success=True)
