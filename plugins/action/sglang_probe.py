@@ -350,11 +350,11 @@ class ActionModule(ActionBase):
                     "eagle_topk": task_vars.get("sglang_speculative_eagle_topk"),
                     "num_draft_tokens": task_vars.get("sglang_speculative_num_draft_tokens"),
                 })
-                node = self._templar.template(task_vars.get("_sglang_node"))
+                replica = self._templar.template(task_vars.get("_sglang_replica_name") or "")
                 facts = {"sglang_remediation": _rows.probe_row(
                     task_vars.get("inventory_hostname"), str(args.get("expected_version")), result, flags,
                     audit=audit, check_mode=bool(self._task.check_mode or self._play_context.check_mode),
-                    replica=node.get("replica") if isinstance(node, dict) else None)}
+                    replica=replica or None)}
                 self._set_facts(facts)
                 result["ansible_facts"] = facts
         elif group:
