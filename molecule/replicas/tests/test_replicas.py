@@ -16,7 +16,8 @@ rank whose peer goes away exits. The tests run in file order and build on each o
    its follower learning of it where the nodes meet;
 5. with the faults gone the rerun converges, a replica at a time, and the next rerun changes nothing;
 6. every node's record of its healthy start taken away, the running replicas are adopted, not restarted;
-7. the audit reads every node.
+7. the audit reads every node: compliant, and then against a change it reports and does not make (no node
+   waits for the others, nothing is written or restarted).
 """
 from __future__ import annotations
 
@@ -281,6 +282,21 @@ def test_the_audit_reads_every_node():
         assert rows[leader]["live_source"] == "probe" and 3.2 <= rows[leader]["live_accept_length"] <= 3.7, \
             rows[leader]
         assert rows[follower]["live_source"] == "not read", rows[follower]
+
+
+def test_an_audit_against_a_change_reports_every_node_and_touches_none():
+    """The nodes that need work go through the audit's full pass: none meets the others (an audit restarts nothing),
+    none is written to or restarted, and every node is reported not compliant."""
+    before, shas = start_lines(), {h: unit_sha(h) for h in HOSTS}
+    run = operator().run("audit-drift", AUDIT, CHANGE)
+    keep("audit-drift")
+    assert run.rc != 0, run.tail(60)
+    rows = operator().rows("audit-drift")
+    assert set(rows) == set(HOSTS) and not any(rows[h]["compliant"] for h in HOSTS), rows
+    # join.yml's tasks: the include is skipped, so they never show.
+    assert "Go on only with every node of the replica there" not in run.output, run.tail(60)
+    assert all(not lines for lines in new_starts(before).values())
+    assert {h: unit_sha(h) for h in HOSTS} == shas
 
 
 def _q(text: str) -> str:
