@@ -31,6 +31,7 @@ from conftest import COLLECTIONS_PATH, DIST, MEMO, MODULES, REPO, ROLE, run_modu
 
 from ansible_collections.fleetops.sglang.plugins.action import sglang_probe as probe_action  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.filter import sglang as filters  # noqa: E402
+from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors as ANCHORS  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _parse_server_args as PARSER  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows as ROWS  # noqa: E402
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode as MODES  # noqa: E402
@@ -134,7 +135,9 @@ def test_find_installation_tells_no_install_from_a_broken_one(make_venv, tmp_pat
 def test_the_audit_memo_is_keyed_on_what_the_reader_reads(make_venv):
     venv = str(make_venv("0.5.14"))
     inputs = MEMO.audit_inputs(venv)
-    assert inputs == DIST.installation_inputs(venv, DIST.TARGET_FILES)
+    # The files the engine patches, and those it checks against the published wheel (_anchors.FILES).
+    assert inputs == DIST.installation_inputs(venv, ANCHORS.FILES)
+    assert set(DIST.TARGET_FILES) <= set(ANCHORS.FILES)
     inst = DIST.find_installation(venv)
     assert os.path.join(inst.dist_info, "METADATA") in inputs and os.path.join(inst.dist_info, "RECORD") in inputs
     assert [p for p in inputs if p.startswith("glob:")] == ["glob:" + os.path.join(inst.site_packages, "sglang"),

@@ -45,3 +45,40 @@ options:
         type: str
         required: true
 """
+
+    # The sandbox of the commands that start a release's Python (module_utils/_sandbox.py):
+    # extends_documentation_fragment: fleetops.sglang._common.sandbox
+    SANDBOX = r"""
+options:
+  sandbox:
+    description:
+      - How the commands that start the release's Python run (C(plugins/module_utils/_sandbox.py)).
+        C(mode=auto) - a transient systemd service as C(user) (C(nobody) until it exists), without network,
+        capabilities, devices or new privileges, the file system read-only; without systemd, C(setpriv) as that
+        user. C(mode=off) (the default, for tests) runs them as the caller; the role always passes C(auto).
+    type: dict
+    suboptions:
+      mode:
+        description: C(auto), C(systemd), C(setpriv) or C(off).
+        type: str
+        default: "off"
+        choices: [auto, systemd, setpriv, "off"]
+      user:
+        description: The account the checks run as (the service's, C(sglang_user)).
+        type: str
+"""
+
+    # The published hashes of releases the collection does not anchor (module_utils/_anchors.py):
+    # extends_documentation_fragment: fleetops.sglang._common.anchors
+    ANCHORS = r"""
+options:
+  anchors:
+    description:
+      - Release to file to sha256 (V(null) where the release does not ship the file), for releases the collection
+        does not anchor (C(plugins/module_utils/_anchors_table.py)). Each entry lists every file the engine
+        patches or verifies; C(scripts/anchors VERSION) prints one from the published wheel.
+      - The installed release must be anchored, and its files those of the published wheel, or the call is
+        refused before any decision.
+    type: dict
+    default: {}
+"""

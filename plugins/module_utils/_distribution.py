@@ -10,7 +10,8 @@ the same everywhere: one ``sglang`` package under ``<venv>/lib/python3*/site-pac
 and one ``sglang-<ver>.dist-info`` beside it.
 
 "Is this file what pip installed?" is answered by the ``sha256=`` entry that pip
-wrote into ``sglang-<ver>.dist-info/RECORD``, so no hash table ships with the role.
+wrote into ``sglang-<ver>.dist-info/RECORD``; whether RECORD itself is the published
+wheel's is ``_anchors``' question.
 Standard library only (hosts run python3 3.9 to 3.13).
 """
 

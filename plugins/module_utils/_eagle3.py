@@ -8,6 +8,7 @@ suite and ``scripts/check-all-releases``. It only sequences the concerns, each i
 its own file:
 
 * ``_distribution``: where SGLang is installed, RECORD and METADATA;
+* ``_anchors``: the installed files are the ones the release's publisher shipped;
 * ``_hunks``: parse, apply and reverse the patch hunks, classify a file;
 * ``_families``: the release family read from the code, the decision table;
 * ``_verify``: grep evidence, compilation, the semantic check and the
@@ -22,9 +23,11 @@ imports nothing from Ansible, SGLang or torch.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Tuple
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors
+from ansible_collections.fleetops.sglang.plugins.module_utils import _sandbox
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     COMPANION_FILES,
     DEEPSEEK_FILE,
@@ -66,6 +69,10 @@ class Request:
     pipeline_parallel_size: int = 1
     python: Optional[str] = None
     check_mode: bool = False
+    # Release -> {file: sha256 or None}: releases the collection does not anchor (sglang_release_anchors).
+    anchors: Dict[str, Any] = field(default_factory=dict)
+    # How the commands that start the release's Python run (_sandbox: mode, user); None: as the caller.
+    sandbox: Optional[Dict[str, Any]] = field(default=None, compare=False)
     run_command: Optional[RunCommand] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,9 +108,12 @@ def run(req: Request) -> Dict[str, Any]:
                     "summary": "forward: not executed (state=%s)" % req.state},
     }
     try:
+        # Every command that starts the release's Python (compile, forward) runs in the sandbox.
+        req = replace(req, run_command=_sandbox.runner(req.run_command, req.sandbox))
         ids = validate_layer_ids(req.layer_ids)
         inst = find_installation(req.venv)
         result["release"] = inst.version
+        _anchors.check(inst, req.anchors)
         _run(req, ids, inst, result)
     except Refusal as exc:
         # audit only reports: a refusal is a finding there, not a task failure.
@@ -111,7 +121,7 @@ def run(req: Request) -> Dict[str, Any]:
         result["decision"] = "refuse"
         result["compliant"] = False
         result["msg"] = "sglang %s: %s" % (result["release"] or "unknown release", exc)
-    except (EngineError, ValueError, OSError, SyntaxError, UnicodeDecodeError) as exc:
+    except (EngineError, _sandbox.SandboxError, ValueError, OSError, SyntaxError, UnicodeDecodeError) as exc:
         result["failed"] = True
         result["msg"] = "sglang %s: %s" % (result["release"] or "unknown release", exc)
     if result["failed"]:

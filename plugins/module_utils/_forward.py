@@ -113,11 +113,16 @@ def forward_check(python: Optional[str], site_packages: str, route: str, layer_i
     request = {"site_packages": site_packages, "route": route, "layer_ids": list(layer_ids),
                "draft_ids": list(draft_ids), "expected": expected_names(layer_ids), "texts": texts or {},
                "replay_cuda_graph": replay_cuda_graph}
-    # A private file, not stdin: the engine's runners take argv only.
-    fd, payload = tempfile.mkstemp(prefix="sglang-forward-", suffix=".json")
+    # A private file, not stdin: the engine's runners take argv only. A sandboxed runner
+    # (_sandbox.Runner) names where its command can read it, and makes it readable there.
+    fd, payload = tempfile.mkstemp(prefix="sglang-forward-", suffix=".json",
+                                   dir=getattr(run_command, "shared_dir", None))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump({"modules": sources, "request": request}, fh)
+        share = getattr(run_command, "share", None)
+        if share is not None:
+            share(payload)
         rc, out, err = run_command([python, "-c", BOOT, payload])
     finally:
         os.unlink(payload)

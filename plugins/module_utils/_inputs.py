@@ -32,6 +32,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_rules impo
     check_extra_args,
     check_extra_directives,
     check_hashes,
+    check_release_anchors,
     check_home,
     check_hook,
     check_host,
@@ -92,6 +93,10 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_pip_lock": accepting('"" or the absolute path, on the controller, of a requirements file that pins every '
                                  "package of the release's closure with ==, each with --hash=sha256:, sglang at "
                                  "sglang_version, and no pip option", check_pip_lock),
+    "sglang_release_anchors": Variable(
+        "{} or a mapping of release -> {file: sha256, or null when not shipped} for each file the role patches or "
+        "verifies, for releases the collection does not anchor (scripts/anchors VERSION prints one)",
+        check_release_anchors),
     "sglang_pip_no_deps": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_pip_extra_args": Variable("a list of strings, one item per argument, no URL with credentials",
                                       check_pip_extra_args),

@@ -16,6 +16,7 @@ import os
 import re
 from typing import Any, Callable, List, Mapping
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
@@ -111,6 +112,11 @@ def check_hashes(var: str, value: Any, _values: Mapping[str, Any], accepted: str
         return [message(var, value, "is not a list", accepted)]
     return [message("%s[%d]" % (var, pos), item, "is not a sha256 hex digest", accepted)
             for pos, item in enumerate(value) if not (isinstance(item, str) and SHA256_RE.match(item))]
+
+
+def check_release_anchors(_var: str, value: Any, _values: Mapping[str, Any]) -> List[str]:
+    """Releases the collection does not anchor, in the shape of its own table: each error names the entry."""
+    return _anchors.extra_errors(value)
 
 
 def check_pip_lock(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:

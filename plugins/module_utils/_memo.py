@@ -20,11 +20,14 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors
+from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors_table
 from ansible_collections.fleetops.sglang.plugins.module_utils import _distribution
 from ansible_collections.fleetops.sglang.plugins.module_utils import _eagle3 as _engine
 from ansible_collections.fleetops.sglang.plugins.module_utils import _fileio
 from ansible_collections.fleetops.sglang.plugins.module_utils import _hunks
 from ansible_collections.fleetops.sglang.plugins.module_utils import _patches
+from ansible_collections.fleetops.sglang.plugins.module_utils import _sandbox
 from ansible_collections.fleetops.sglang.plugins.module_utils import _families
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward
@@ -42,8 +45,8 @@ AUDIT_MEMO_VERSION = 2
 
 # Every file whose code decides an audit's verdict, this one included; a new engine
 # file joins here (tests/unit/plugins/module_utils/test_memo.py checks the list against the imports).
-ENGINE_MODULES = (_distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
-                  _forward_code, _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
+ENGINE_MODULES = (_anchors, _anchors_table, _distribution, _fileio, _hunks, _patches, _families, _speculative, _verify, _forward,
+                  _sandbox, _forward_code, _forward_standins, _forward_model, _forward_harness, _engine, sys.modules[__name__])
 
 
 def engine_source_digest() -> Optional[str]:
@@ -59,8 +62,9 @@ def engine_source_digest() -> Optional[str]:
 
 def audit_inputs(venv: str) -> List[str]:
     """The paths an audit of ``venv`` reads, in order (the files may not exist)."""
-    # The release as _distribution's one reader finds it, then the files the engine reads.
-    return _distribution.installation_inputs(venv, _distribution.TARGET_FILES)
+    # The release as _distribution's one reader finds it, then the files the engine reads (patches, or
+    # checks against the published wheel: _anchors.FILES).
+    return _distribution.installation_inputs(venv, _anchors.FILES)
 
 
 def audit_key(req: Request) -> Optional[str]:
@@ -77,7 +81,8 @@ def audit_key(req: Request) -> Optional[str]:
     venv = os.path.realpath(req.venv)
     h = hashlib.sha256()
     h.update(repr((AUDIT_MEMO_VERSION, sys.version, engine, venv, ids,
-                   sorted(req.patches.items()), req.pipeline_parallel_size, req.backup_dir)).encode("utf-8"))
+                   sorted(req.patches.items()), req.pipeline_parallel_size, req.backup_dir,
+                   json.dumps(req.anchors, sort_keys=True))).encode("utf-8"))
     for path in audit_inputs(venv):
         if path.startswith("glob:"):
             h.update(path.encode("utf-8"))

@@ -16,6 +16,8 @@ version_added: "1.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - fleetops.sglang._common
+  - fleetops.sglang._common.sandbox
+  - fleetops.sglang._common.anchors
   - fleetops.sglang._common.lease
 description:
   - In one call per host, finds SGLang in a virtualenv, classifies C(deepseek_v2.py) (and on
@@ -360,6 +362,9 @@ def main():
             state=dict(type="str", choices=["present", "absent", "audit"], default="present"),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             pipeline_parallel_size=dict(type="int", default=1),
+            anchors=dict(type="dict", default={}),
+            sandbox=dict(type="dict", options=dict(mode=dict(type="str", default="off", choices=["auto", "systemd", "setpriv", "off"]),
+                                                   user=dict(type="str"))),
             python=dict(type="path"),
             memo_file=dict(type="path"),
             lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
@@ -374,7 +379,8 @@ def main():
     req = Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state=p["state"],
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"],
-        python=p["python"], check_mode=module.check_mode, run_command=module.run_command,
+        python=p["python"], check_mode=module.check_mode, run_command=module.run_command, anchors=p["anchors"],
+        sandbox=p["sandbox"],
     )
     if p["state"] == "audit":
         result = audit_memoized(req, p["memo_file"], write=False)
@@ -387,6 +393,7 @@ def main():
         audit_memoized(Request(
             venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
             backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
+            anchors=p["anchors"],
         ), p["memo_file"], write=True)
     if not module._diff:
         # Whole-file texts are only worth shipping back when --diff asked for them.

@@ -17,6 +17,7 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
   - fleetops.sglang._common
+  - fleetops.sglang._common.anchors
 description:
   - Gathers everything the role would check on a host and says whether it is compliant, so a
     fleet-wide rerun can end compliant hosts after one remote call.
@@ -998,6 +999,7 @@ def probe(p, check_mode=False, run_command=None, which=None):
     audit = audit_memoized(Request(
         venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
         backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
+        anchors=p["anchors"],
     ), p["memo_file"], write=False)
     audit.pop("diff", None)
     result["errors"] = input_errors(p, audit)
@@ -1080,6 +1082,7 @@ def main():
             layer_ids=dict(type="list", elements="raw", default=list(DEFAULT_LAYER_IDS)),
             patches=dict(type="dict", default={}),
             pipeline_parallel_size=dict(type="int", default=1),
+            anchors=dict(type="dict", default={}),
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             draft_config=dict(type="path", required=True),
             draft_source=dict(type="path"),

@@ -15,6 +15,7 @@ short_description: Check SGLang launch flags against the installed release's fla
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - fleetops.sglang._common
+  - fleetops.sglang._common.sandbox
 description:
   - Reads the option strings, their C(dest) and whether abbreviations are allowed from the installed
     release's own C(sglang/srt/server_args.py) (and, from 0.5.20, C(sglang/srt/arg_groups/fields/))
@@ -203,6 +204,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.fleetops.sglang.plugins.module_utils import _parse_server_args as parser
+from ansible_collections.fleetops.sglang.plugins.module_utils import _sandbox
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     EngineError, NotInstalled, find_installation)
 from ansible_collections.fleetops.sglang.plugins.module_utils._fileio import module_source
@@ -223,7 +225,7 @@ def installed_release(venv):
 VERDICT = {code: status for status, code in parser.EXIT_STATUS.items()}
 
 
-def resolve(module, python, argv, extra):
+def resolve(module, python, argv, extra, sandbox=None):
     """The parser's report on ``argv`` (the last ``extra`` items are sglang_extra_args).
 
     Fails the module when the parser cannot run or gives no verdict: that is neither
@@ -236,7 +238,12 @@ def resolve(module, python, argv, extra):
         module.fail_json(msg="no Python at %s to resolve the launch flags with SGLang's ServerArgs" % python)
     request = {"argv": list(argv), "extra": extra, "variables": dict(MANAGED_FLAGS)}
     # One interpreter, the script as -c: nothing is copied to the host.
-    rc, out, err = module.run_command([python, "-c", source.decode("utf-8"), json.dumps(request)])
+    # As the service user, sandboxed: the parser imports SGLang, and some releases read the model's config.
+    try:
+        run_command = _sandbox.runner(module.run_command, sandbox)
+    except _sandbox.SandboxError as exc:
+        module.fail_json(msg="cannot check the launch flags with SGLang's ServerArgs: %s" % exc)
+    rc, out, err = run_command([python, "-c", source.decode("utf-8"), json.dumps(request)])
     lines = (out or "").strip().splitlines()
     try:
         report = json.loads(lines[-1]) if lines else None
@@ -259,6 +266,8 @@ def main():
             required=dict(type="bool", default=False),
             resolve=dict(type="list", elements="str"),
             python=dict(type="path"),
+            sandbox=dict(type="dict", options=dict(mode=dict(type="str", default="off", choices=["auto", "systemd", "setpriv", "off"]),
+                                                   user=dict(type="str"))),
         ),
         supports_check_mode=True,
     )
@@ -285,7 +294,7 @@ def main():
         module.fail_json(msg=refusal(release, result["errors"]), **result)
     if p["resolve"] is not None:
         python = p["python"] or os.path.join(p["venv"], "bin", "python")
-        report = resolve(module, python, p["resolve"], len(p["extra_args"] or []))
+        report = resolve(module, python, p["resolve"], len(p["extra_args"] or []), p["sandbox"])
         result.update(resolution=report, resolved=report["status"] != parser.UNAVAILABLE)
         if report["status"] == parser.REFUSED:
             module.fail_json(msg=report["msg"], **result)

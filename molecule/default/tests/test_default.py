@@ -13,6 +13,12 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 from scenario_helpers import PROJECT, run_playbook  # noqa: E402
 
+sys.path.insert(0, str(PROJECT / "testbed"))
+import checkout  # noqa: E402
+
+checkout.importable()
+from ansible_collections.fleetops.sglang.plugins.module_utils._sandbox import SYSTEMD_PROPERTIES  # noqa: E402
+
 DEMO_VARS = PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml"
 ENV_FILE = "/etc/sglang/sglang.env"
 CHANGES = "/var/lib/sglang-remediation/changes"
@@ -89,6 +95,26 @@ def test_the_default_profile_exposes_at_most_4_5(host):
     directives = {line.split("=", 1)[0] for line in unit.splitlines() if re.match(r"^[A-Za-z]+=", line)}
     assert not directives & {"DevicePolicy", "DeviceAllow", "PrivateDevices", "SystemCallFilter", "ProtectClock"}
     assert _exposure(host) <= 4.5
+
+
+def test_root_never_started_the_releases_python_its_checks_ran_sandboxed(host):
+    """The test bed's tripwire (playbooks/testbed-prepare.yml) makes a venv's Python started with -c exit 97 as
+    root and 98 when it reaches the server's port; the converge got through, its checks in transient services."""
+    fired = host.run("/opt/sglang/venv/bin/python -c pass")
+    assert fired.rc == 97 and "TRIPWIRE: root started the Python of" in fired.stderr, fired
+    journal = host.check_output("journalctl --no-pager -o cat")
+    # systemd logs each transient service's end (the flag check exits 3 here: no numpy, "cannot be checked").
+    assert re.search(r"run-u\d+\.service: (Deactivated successfully|Main process exited)", journal), \
+        "no check ran as a transient service"
+    # The role's sandbox, as _sandbox.py builds it: the service user, no network (the tripwire exits 98 on a
+    # connection to the server, which serves on 30000), a read-only file system.
+    uid = host.check_output("id -u sglang")
+    script = "import os; print(os.getuid()); open('/var/lib/sglang/written', 'w')"
+    sandboxed = host.run("systemd-run --quiet --wait --pipe --collect --service-type=exec --property=User=sglang %s "
+                         "-- /opt/sglang/venv/bin/python -c %s"
+                         % (" ".join("--property=%s" % p for p in SYSTEMD_PROPERTIES), _quote(script)))
+    assert sandboxed.rc != 0 and sandboxed.stdout.strip() == uid, sandboxed
+    assert "Read-only file system" in sandboxed.stderr and "TRIPWIRE" not in sandboxed.stderr, sandboxed.stderr
 
 
 def test_patched_file_carries_the_embedding_capture(host):
