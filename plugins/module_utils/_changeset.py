@@ -33,7 +33,7 @@ import pwd
 import shutil
 import stat
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
     DEEPSEEK_FILE, EngineError, NotInstalled, Installation, find_installation,
@@ -126,9 +126,12 @@ def _exists(path: str) -> bool:
 
 
 def open_set(state_dir: str, run_id: str, files: List[str], venv: str, dirs: List[str], user: str, group: str, service: Dict[str, bool], keep: int = 5,
-             now: Callable[[], float] = time.time) -> Dict[str, Any]:
+             now: Callable[[], float] = time.time, forward: Sequence[str] = ()) -> Dict[str, Any]:
     """Open this run's change set and record what it may replace; returns its manifest, its directory
-    (``dir``) and the release found in the venv (``release``: None where no SGLang is installed)."""
+    (``dir``) and the release found in the venv (``release``: None where no SGLang is installed).
+
+    ``forward``: files among ``files`` that go forward only (the API keys): their older bytes are never
+    put back over newer ones (``restore_set``)."""
     root = changes_root(state_dir)
     os.makedirs(root, mode=0o700, exist_ok=True)
     os.chmod(root, 0o700)
@@ -151,7 +154,10 @@ def open_set(state_dir: str, run_id: str, files: List[str], venv: str, dirs: Lis
     entries.append({"kind": "switch", "venv": venv, "target": state["target"] if state["kind"] == "link" else None,
                     "in_place": state["kind"] == "dir", "version": _installed_version(venv), "built": []})
     for path in files:
-        entries.append(_file_entry(set_dir, path, "open", manifest))
+        entry = _file_entry(set_dir, path, "open", manifest)
+        if path in forward:
+            entry["forward"] = True
+        entries.append(entry)
     for path in dirs:
         entries.append({"kind": "dir", "path": path, "existed": _exists(path)})
     entries.append({"kind": "account", "user": user, "group": group,
@@ -389,6 +395,7 @@ def restore_set(set_dir: str, check_mode: bool = False,
     restored: List[str] = []
     files: List[Dict[str, Any]] = []
     left: List[str] = []
+    kept: List[str] = []
     entries = manifest["entries"]
 
     def put_back(entry):
@@ -401,6 +408,14 @@ def restore_set(set_dir: str, check_mode: bool = False,
     # in-place venv is left: that venv is a release now, and a release is never written.
     for entry in reversed(entries):
         if entry["kind"] == "file" and entry["by"] == "open":
+            if entry.get("forward") and _differs(entry) and _current(entry["path"])[0]:
+                # Keys go forward only: the run wrote this file, and the key it replaced (perhaps one
+                # rotated away because it leaked) never comes back. A file the run removed, with none
+                # newer, is put back: the unit put back names it.
+                left.append("%s (this run's keys stay: keys go forward only, an older key is never put back)"
+                            % entry["path"])
+                kept.append(entry["path"])
+                continue
             put_back(entry)
     for entry in entries:
         if entry["kind"] in ("switch", "release"):
@@ -437,4 +452,5 @@ def restore_set(set_dir: str, check_mode: bool = False,
             _save(set_dir, manifest)
     release = next((e["version"] for e in entries if e["kind"] in ("switch", "release")), None)
     return {"id": manifest["id"], "run_id": manifest.get("run_id"), "restored": restored, "files": files, "left": left,
+            "forward_kept": kept,
             "service": manifest.get("service", {}), "release": release, "changed": bool(restored)}

@@ -97,13 +97,21 @@ def load_recorded(path: str) -> Dict[str, Any]:
         return {}
 
 
-def record(path: str, components: Dict[str, Any], check_mode: bool = False) -> bool:
+def record(path: str, components: Dict[str, Any], check_mode: bool = False, merge: bool = False) -> bool:
     """Record the fingerprint of what runs now (after a healthy start); True when it changed.
 
-    Private to root: 0600 in a 0700 directory. Check mode only says whether it would change.
+    ``merge``: only the components the record already holds among ``components`` are taken again (the
+    rest is kept): a server restarted on files put back, but for the keys a run wrote (keys go forward
+    only, _changeset), runs those keys. Private to root: 0600 in a 0700 directory. Check mode only says
+    whether it would change.
     """
+    recorded = load_recorded(path).get("components")
     current = current_fingerprint(components)
-    if load_recorded(path).get("components") == current:
+    if merge:
+        if not isinstance(recorded, dict):
+            return False
+        current = dict(recorded, **{name: value for name, value in current.items() if name in recorded})
+    if recorded == current:
         return False
     if not check_mode:
         atomic_write(path, json.dumps({"components": current, "recorded_at": int(time.time())}, indent=2,

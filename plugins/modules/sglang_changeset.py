@@ -67,6 +67,15 @@ options:
     type: list
     elements: path
     default: []
+  forward:
+    description:
+      - Files among O(files) that go forward only (the API keys' file) - O(state=restored) leaves the bytes the run
+        wrote in place, so that a key rotated away (perhaps because it leaked) never comes back with an undo or a
+        rollback; the line in RV(left) says so. A file the run removed is put back (no newer one exists, and the
+        unit put back names it).
+    type: list
+    elements: path
+    default: []
   venv:
     description: The switch of staged releases (C(sglang_venv)); the release it points at is recorded.
     type: path
@@ -190,8 +199,15 @@ release:
   type: str
   returned: always
   sample: "0.5.9"
+forward_kept:
+  description: With O(state=restored), the O(forward) files the run wrote, left as they are (also named in RV(left)).
+  type: list
+  elements: path
+  returned: always
+  sample: ["/etc/sglang/sglang.keys.yaml"]
 left:
-  description: With O(state=restored), what the run created and the restore left in place.
+  description: With O(state=restored), what the run created and the restore left in place, and the O(forward) files
+    the run wrote.
   type: list
   elements: str
   returned: always
@@ -222,6 +238,7 @@ def main():
             changeset=dict(type="str"),
             run_id=dict(type="str", default=""),
             files=dict(type="list", elements="path", default=[]),
+            forward=dict(type="list", elements="path", default=[]),
             venv=dict(type="path"),
             dirs=dict(type="list", elements="path", default=[]),
             user=dict(type="str", default="sglang"),
@@ -234,7 +251,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    result = dict(changed=False, id=None, dir=None, set_state=None, service={}, changes=[], restored=[], restored_files=[], left=[],
+    result = dict(changed=False, id=None, dir=None, set_state=None, service={}, changes=[], restored=[], restored_files=[], left=[], forward_kept=[],
                   release=None)
     try:
         if p["state"] == "opened":
@@ -242,7 +259,8 @@ def main():
                 result.update(set_state="open (check mode: not written)", service=service_state(module, p["service"]))
                 module.exit_json(**result)
             manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["dirs"],
-                                          p["user"], p["group"], service_state(module, p["service"]), p["keep"])
+                                          p["user"], p["group"], service_state(module, p["service"]), p["keep"],
+                                          forward=p["forward"])
             result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
                           service=manifest["service"], release=manifest["release"])
         elif p["state"] in ("closed", "kept"):
@@ -264,6 +282,7 @@ def main():
             result.update(changed=restored["changed"], id=restored["id"], dir=set_dir,
                           set_state="restored" if not module.check_mode else "restored (check mode)",
                           service=restored["service"], restored=restored["restored"], left=restored["left"],
+                          forward_kept=restored["forward_kept"],
                           restored_files=restored["files"],
                           release=restored["release"])
     except changeset.RestoreError as exc:

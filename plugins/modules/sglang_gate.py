@@ -124,6 +124,12 @@ options:
         description: The fingerprint file (JSON, 0600, created with its 0700 directory).
         type: path
         required: true
+      merge:
+        description:
+          - Take again only the components the record already holds (the others stay as recorded) - a server
+            restarted on files put back runs the keys a run wrote, which are never put back.
+        type: bool
+        default: false
   node_rank:
     description:
       - The node's rank in a multi-node replica (C(--node-rank)). A rank of 1 or more (a follower) serves only
@@ -389,6 +395,7 @@ def main():
             record=dict(type="dict", options=dict(
                 components=dict(type="dict", required=True),
                 state_file=dict(type="path", required=True),
+                merge=dict(type="bool", default=False),
             )),
             node_rank=dict(type="int", default=0),
             lease=dict(type="dict", options=dict(path=dict(type="path", required=True),
@@ -433,7 +440,8 @@ def main():
         # No /server_info, no /generate: the replica's reading is its leader's.
         result.update(follower=True, failures=[], recorded=False)
         if p["record"]:
-            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode,
+                                        merge=p["record"]["merge"])
             result["changed"] = result["recorded"]
         module.exit_json(**result)
     try:
@@ -445,7 +453,8 @@ def main():
         # Healthy on these files: what it was started from is recorded, so that the next run does not
         # restart it again for a key it refuses (its probe reports the 401, nothing restarts for it).
         if p["record"]:
-            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+            result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode,
+                                        merge=p["record"]["merge"])
         module.fail_json(msg="healthy, but live: %s on %s/server_info: the server holds another key than %s, "
                          "the file it was started on" % (error, base, p["api_key_file"] or "none (no key file)"),
                          auth_refused=True, **result)
@@ -474,7 +483,8 @@ def main():
     result["failures"] = gate_failures(info, p["expected"], result["accept_length"], p["accept_length_min"])
     result["recorded"] = False
     if p["record"] and not result["failures"]:
-        result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode)
+        result["recorded"] = record(p["record"]["state_file"], p["record"]["components"], module.check_mode,
+                                    merge=p["record"]["merge"])
         result["changed"] = result["recorded"]
     module.exit_json(**result)
 

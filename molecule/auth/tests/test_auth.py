@@ -8,7 +8,8 @@ a Vault file would give them. The tests run in file order and build on each othe
 
 1. keys set: one restart, the gate and the live probe read with the key;
 2. the rerun changes nothing; ``--check --diff`` of a new key says it would restart, and shows no key;
-3. the rotation restarts once; the old key is refused by the server;
+3. the rotation restarts once; the old key is refused by the server; a rotation whose gate fails is undone but for
+   its keys (keys go forward only), and the next run converges;
 4. a key changed on the host by hand: the audit says ``live: the server refused the key (401)``,
    exits non-zero and restarts nothing;
 5. a server that refuses the key right after its restart fails the run, keeps the files (no
@@ -45,7 +46,7 @@ TEXTFILE = "/var/lib/prometheus/node-exporter/sglang_remediation.prom"
 HOST_PATHS = "/etc /var /run /tmp /root /opt /models /usr/local/lib/sglang-test-double"
 # Fresh per run of the suite (quotes and backslashes are the parser-venv and unit tests' business).
 KEYS = {name: "%s-%s" % (name, secrets.token_hex(10))
-        for name in ("first", "first_admin", "rotated", "rotated_admin", "by_hand")}
+        for name in ("first", "first_admin", "rotated", "rotated_admin", "forward", "forward_admin", "by_hand")}
 REPORTS = Path(tempfile.mkdtemp(prefix="auth-reports-"))
 OUTPUTS: List[str] = []
 _state: Dict[str, Any] = {}
@@ -130,6 +131,28 @@ def test_a_rotation_is_shown_by_check_mode_then_restarts_once(host):
     assert status(host, "/server_info", KEYS["first"]) == 401
     assert status(host, "/server_info", KEYS["rotated"]) == 200
     assert row["status"] == "changed" and row["live_accept_length"] >= 2.5, row
+
+
+def test_a_rotation_whose_gate_fails_is_undone_but_for_its_keys(host):
+    """Keys go forward only: the undo puts back the unit and restarts on it, with the keys this run wrote, so that
+    a key rotated away (perhaps because it leaked) does not come back with a failed run."""
+    before, unit_sha = starts(host), sha256(host, UNIT)
+    # Another flag changes with the keys; no accept length reaches 15 on the double, so the live gate fails.
+    result, row = run(REMEDIATE, KEYS["forward"], KEYS["forward_admin"],
+                      ("-e", json.dumps({"sglang_mem_fraction_static": 0.77, "sglang_accept_length_min": 15})))
+    assert result.rc != 0 and row["status"] == "failed" and row.get("rolled_back"), result.tail(120)
+    assert any(line.startswith(KEYS_FILE) and "keys go forward only" in line for line in row["left"]), row
+    assert starts(host) == before + 2  # the change, then the undo's restart on the unit put back
+    assert sha256(host, UNIT) == unit_sha
+    keys = host.file(KEYS_FILE)
+    assert json.dumps(KEYS["forward"]) in keys.content_string and json.dumps(KEYS["rotated"]) not in keys.content_string
+    assert (keys.mode, keys.user, keys.group) == (0o640, "root", "sglang")
+    assert status(host, "/server_info", KEYS["rotated"]) == 401
+    assert status(host, "/server_info", KEYS["forward"]) == 200
+    # Only a run brings another key: the rotation back, one restart.
+    result, row = run(REMEDIATE, KEYS["rotated"], KEYS["rotated_admin"])
+    assert result.rc == 0 and starts(host) == before + 3, result.tail(120)
+    assert status(host, "/server_info", KEYS["rotated"]) == 200
 
 
 def test_a_key_changed_by_hand_makes_the_audit_fail_on_401_and_restart_nothing(host):

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import USER_IDS, E, sha, site_file
 from ansible_collections.fleetops.sglang.plugins.module_utils import _changeset as CS
+from ansible_collections.fleetops.sglang.plugins.module_utils import _fingerprint as FP
 from ansible_collections.fleetops.sglang.plugins.module_utils import _releases as R
 from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import DEEPSEEK_FILE
 
@@ -317,6 +318,51 @@ def test_a_file_other_users_may_not_read_is_put_back_and_listed_without_its_sha2
     closed = CS.close_set(busy["dir"])
     assert closed["changes"] == ["%s (not shown) -> (not shown)" % env]
     assert all(secret[:12] not in change and sha(env)[:12] not in change for change in closed["changes"])
+
+
+def test_keys_go_forward_only_an_undo_never_puts_an_older_key_back(tmp_path, make_venv):
+    """A rotation (perhaps of a leaked key) that fails is undone but for the keys' file; a first key stays too.
+    A run that removed the keys (none newer) gets the file back: the unit put back names it."""
+    venv = make_venv("0.5.9")
+    draft, unit, env, running = layout(tmp_path)
+    keys = tmp_path / "etc" / "sglang" / "sglang.keys.yaml"
+    keys.parent.mkdir()
+    keys.write_text('api-key: "leaked-key-1"\n')
+    keys.chmod(0o640)
+    files = (draft, unit, env, running, keys)
+    for forward in ([], [str(keys)]):
+        opened = open_for(tmp_path, venv, files, forward=forward)
+        keys.write_text('api-key: "rotated-key-2"\n')
+        unit.write_text("[Service]\nExecStart=/new\n")
+        out = CS.restore_set(opened["dir"])
+        assert unit.read_text() == "[Service]\nExecStart=/old --speculative-num-steps 7\n"
+        if not forward:  # what every other file gets: the bytes from before the run
+            assert keys.read_text() == 'api-key: "leaked-key-1"\n'
+            continue
+        assert keys.read_text() == 'api-key: "rotated-key-2"\n', out
+        assert "%s (this run's keys stay: keys go forward only, an older key is never put back)" % keys in out["left"]
+        assert out["forward_kept"] == [str(keys)]
+        assert not [line for line in out["restored"] if line.startswith(str(keys))]
+        # The server restarted on what was put back runs these keys: the record put back takes them again
+        # (sglang_gate's record with merge), and nothing else.
+        state = tmp_path / "record.json"
+        FP.record(str(state), {"api_keys": "value:leaked", "unit": str(unit)})
+        before = FP.load_recorded(str(state))["components"]
+        assert FP.record(str(state), {"api_keys": str(keys), "environment": str(env)}, merge=True)
+        after = FP.load_recorded(str(state))["components"]
+        assert after == dict(before, api_keys=FP.component_hash(str(keys))) and "environment" not in after
+        assert not FP.record(str(tmp_path / "none.json"), {"api_keys": str(keys)}, merge=True)
+    # The keys removed by the run: back, as nothing newer exists.
+    opened = open_for(tmp_path, venv, files, forward=[str(keys)])
+    keys.unlink()
+    out = CS.restore_set(opened["dir"])
+    assert keys.read_text() == 'api-key: "rotated-key-2"\n' and not [x for x in out["left"] if str(keys) in x]
+    # A first key (none before the run) stays as well.
+    keys.unlink()
+    opened = open_for(tmp_path, venv, files, forward=[str(keys)])
+    keys.write_text('api-key: "first-key"\n')
+    out = CS.restore_set(opened["dir"])
+    assert keys.read_text() == 'api-key: "first-key"\n' and str(keys) in " ".join(out["left"])
 
 
 def test_a_fingerprint_as_shown_hides_the_secret_bearing_files():
