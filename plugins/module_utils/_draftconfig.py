@@ -21,6 +21,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import open_model_file
 from ansible_collections.fleetops.sglang.plugins.module_utils._speculative import is_int
 
 # The key SGLang reads (since 0.4.9); there is no CLI flag for EAGLE3 serving.
@@ -150,7 +151,7 @@ def read_bytes(path: str) -> Optional[bytes]:
 def view_differences(source_dir: str, view_dir: str, layer_ids: Sequence[int]) -> List[str]:
     """Why the view is not the draft's current files with ``layer_ids`` (empty when it is): what the
     probe reports, and the module would change. Raises OSError or ValueError on an unreadable draft."""
-    with open(os.path.join(source_dir, CONFIG_NAME), "rb") as fh:
+    with open_model_file(os.path.join(source_dir, CONFIG_NAME)) as fh:
         source_text = fh.read().decode("utf-8")
     source_config = json.loads(source_text)
     if not isinstance(source_config, dict):

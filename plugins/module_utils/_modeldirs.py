@@ -15,8 +15,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 import struct
-from typing import Any, Dict, List, Optional
+from typing import Any, BinaryIO, Dict, List, Optional
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._speculative import is_int
 
@@ -25,12 +26,59 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._speculative impor
 MAX_SAFETENSORS_HEADER_BYTES = 100 * 1024 * 1024
 
 
+def model_tree(directory: str) -> str:
+    """The tree a model directory's files may lead into: the directory as it resolves now, or, for a Hugging
+    Face snapshot (``models--<org>--<name>/snapshots/<revision>``), its repository (the snapshot's links
+    lead to ``../../blobs``)."""
+    real = os.path.realpath(directory)
+    parent = os.path.dirname(real)
+    if os.path.basename(parent) == "snapshots" and os.path.basename(os.path.dirname(parent)).startswith("models--"):
+        return os.path.dirname(parent)
+    return real
+
+
+def open_model_file(path: str, tree: Optional[str] = None) -> BinaryIO:
+    """Open a file of model storage for reading, as root may: where it leads is judged on the file opened.
+
+    Model storage may be written by others (a shared file system, another team's export), who may swap a
+    link between any check and the use. So the file is opened first, and then judged by what the kernel
+    says was opened (``/proc/self/fd``): a regular file (not a FIFO that would block, nor a device),
+    inside ``tree`` (``model_tree`` of the file's directory by default), and readable by some user other
+    than root (root reads nothing from there that only root may read). ValueError names the path and why.
+    """
+    tree = tree or model_tree(os.path.dirname(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        try:
+            real = os.readlink("/proc/self/fd/%d" % fd)
+        except OSError:
+            raise ValueError("refusing to read %s: where it leads cannot be read back (no /proc)" % path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("refusing to read %s: %s is not a regular file" % (path, real))
+        if not (real == tree or real.startswith(tree.rstrip("/") + "/")):
+            raise ValueError("refusing to read %s: it leads to %s, outside the model's tree %s (a link that leaves "
+                             "it, or one swapped while it was read); links inside the model's directory, or a "
+                             "Hugging Face repository's blobs, are followed" % (path, real, tree))
+        if st.st_uid == 0 and not st.st_mode & stat.S_IROTH and not (st.st_gid != 0 and st.st_mode & stat.S_IRGRP):
+            raise ValueError("refusing to read %s: %s is readable by root only (mode %04o); the server's user could "
+                             "not read it either" % (path, real, stat.S_IMODE(st.st_mode)))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_json_object(path: str) -> Optional[Dict[str, Any]]:
     """Parse a JSON object file (a config.json); None if absent, ValueError if it is not an object."""
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return None
-    with open(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with open_model_file(path) as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None
     try:
         data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
@@ -155,8 +203,8 @@ def read_safetensors_header(path: str) -> Dict[str, Any]:
     (``{name: {dtype, shape, data_offsets}, "__metadata__": {...}}``). Draft
     weights are GBs on shared storage; the header is all we need.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as handle:
+    with open_model_file(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
         prefix = handle.read(8)
         if len(prefix) != 8:
             raise ValueError("%s is not a safetensors file: shorter than 8 bytes" % path)

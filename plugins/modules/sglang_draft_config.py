@@ -210,6 +210,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig impor
 from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import (
     draft_model_errors,
     expected_id_count_from_draft,
+    open_model_file,
     read_num_hidden_layers,
     target_model_errors,
 )
@@ -227,8 +228,12 @@ def read_config(module: AnsibleModule, config_path: str):
     """Load the draft config or fail naming the file; never touch a file we cannot parse."""
     if not os.path.isfile(config_path):
         module.fail_json(msg="%s does not exist: is path the draft model directory?" % config_path)
-    with open(config_path, "rb") as handle:
-        data = handle.read()
+    try:
+        # Judged on the file opened: a link swapped to a file outside the draft's tree is refused.
+        with open_model_file(config_path) as handle:
+            data = handle.read()
+    except ValueError as exc:
+        module.fail_json(msg="%s; left untouched" % exc)
     try:
         text = data.decode("utf-8")
         config = json.loads(text)

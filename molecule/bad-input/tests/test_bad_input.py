@@ -25,6 +25,16 @@ from scenario_helpers import (  # noqa: E402
 )
 
 DRAFT_DIR = "/models/DeepSeek-V3-EAGLE3"
+COMMUNICATOR_REL = "sglang/srt/layers/communicator.py"
+# Every file the role checks against the published wheel (plugins/module_utils/_anchors.py FILES).
+ANCHORED = [DEEPSEEK_REL, COMMUNICATOR_REL, "sglang/srt/layers/aux_hidden_states.py",
+            "sglang/srt/layers/layer_boundary/stage.py", "sglang/srt/model_executor/cuda_graph_runner.py",
+            "sglang/srt/model_executor/model_runner.py"]
+# python3 -c: rewrite a file's RECORD line for its bytes (argv: file, RECORD, its relative path).
+RECORD_AGREES = ("'import base64,hashlib,sys; f,r,rel=sys.argv[1:]; d=open(f,\"rb\").read(); "
+                 "h=base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b\"=\").decode(); "
+                 "L=[(\"%s,sha256=%s,%d\" % (rel,h,len(d))) if l.startswith(rel+\",\") else l "
+                 "for l in open(r).read().splitlines()]; open(r,\"w\").write(\"\\n\".join(L)+\"\\n\")'")
 STASH = "/root/bad-input-stash"  # outside every watched path
 ENV_FILE = "/etc/sglang/sglang.env"
 CHANGES_DIR = "/var/lib/sglang-remediation/changes"
@@ -91,10 +101,38 @@ CASES = [
                  "echo '# local hotfix' >> \"$f\"").format(site=SITE, rel=DEEPSEEK_REL, stash=STASH),
          restore="f=$(ls -d {site}/{rel}) && cp -p {stash}/deepseek_v2.py \"$f\"".format(
              site=SITE, rel=DEEPSEEK_REL, stash=STASH)),
+    # A tampered package ships a RECORD that agrees with its files: the published wheel's hashes
+    # (plugins/module_utils/_anchors_table.py) refuse it. Here a file the forward check executes.
+    Case("tampered_package_with_its_record_agreeing", {},
+         ["not the package its publisher shipped for sglang", COMMUNICATOR_REL, "RECORD says sha256"],
+         breaks=("f=$(ls -d {site}/{rel}) && r=$(ls -d {site}/sglang-*.dist-info/RECORD) && "
+                 "cp -p \"$f\" {stash}/communicator.py && cp -p \"$r\" {stash}/RECORD && "
+                 "echo 'import os as _t' >> \"$f\" && python3 -c {fix} \"$f\" \"$r\" {rel}").format(
+                     site=SITE, rel=COMMUNICATOR_REL, stash=STASH, fix=RECORD_AGREES),
+         restore=("f=$(ls -d {site}/{rel}) && r=$(ls -d {site}/sglang-*.dist-info/RECORD) && "
+                  "cp -p {stash}/communicator.py \"$f\" && cp -p {stash}/RECORD \"$r\"").format(
+                      site=SITE, rel=COMMUNICATOR_REL, stash=STASH)),
+    Case("release_anchor_that_would_change_a_shipped_one",
+         {"sglang_release_anchors": {"0.5.9": {rel: "0" * 64 for rel in ANCHORED}}},
+         ["sglang_release_anchors['0.5.9']", "anchored by the collection", "remove it"]),
     Case("draft_config_not_json", {},
          [DRAFT_CONFIG, "is not valid JSON"],
          breaks="cp -p {c} {s}/config.json && printf '{{not json\\n' > {c}".format(c=DRAFT_CONFIG, s=STASH),
          restore="cp -p {s}/config.json {c}".format(c=DRAFT_CONFIG, s=STASH)),
+    # Whoever writes model storage points the draft's config.json at a file only root may read: refused on the
+    # file opened (plugins/module_utils/_modeldirs.py open_model_file), never copied into the draft's view.
+    Case("draft_config_linked_out_of_its_tree", {},
+         ["refusing to read %s" % DRAFT_CONFIG, "leads to /etc/sglang/sglang.env, outside the model's tree"],
+         breaks="cp -p {c} {s}/linked-config.json && rm {c} && ln -s /etc/sglang/sglang.env {c}".format(
+             c=DRAFT_CONFIG, s=STASH),
+         restore="rm {c} && cp -p {s}/linked-config.json {c}".format(c=DRAFT_CONFIG, s=STASH),
+         hidden=["hf_demo_not_a_real_token"]),
+    # The server's user owns its home: a link where the cache directory was is never followed by root
+    # (its owner and mode would go to /etc/sglang); a change makes the run reach the directories.
+    Case("service_home_cache_swapped_for_a_link", {"sglang_mem_fraction_static": 0.61},
+         ["/var/lib/sglang/cache already exists as a link"],
+         breaks="mv /var/lib/sglang/cache {s}/cache && ln -s /etc/sglang /var/lib/sglang/cache".format(s=STASH),
+         restore="rm /var/lib/sglang/cache && mv {s}/cache /var/lib/sglang/cache".format(s=STASH)),
     Case("draft_directory_missing_on_host", {},
          [DRAFT_CONFIG, "does not exist"],
          breaks="mv {d} {s}/draft".format(d=DRAFT_DIR, s=STASH),

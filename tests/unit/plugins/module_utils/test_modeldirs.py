@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import threading
 import zipfile
 
 import pytest
@@ -91,3 +93,112 @@ def test_every_release_loops_over_layers_below_num_hidden_layers(make_venv, vers
     assert "in self.layers_to_capture" in segment
     assert "for i in range(normal_start_layer, normal_end_layer)" in segment \
         or "for i in range(self.start_layer, self.end_layer)" in segment, version
+
+
+# ------------------------------------------------------------------ reading model storage as root
+
+
+def _model(tmp_path, name="model"):
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "config.json").write_text('{"num_hidden_layers": 61}\n')
+    return directory
+
+
+def test_a_link_that_leaves_the_models_tree_is_refused_on_the_file_opened(tmp_path):
+    model = _model(tmp_path)
+    outside = tmp_path / "secret.json"
+    outside.write_text('{"api-key": "not for the view"}\n')
+    (model / "config.json").unlink()
+    (model / "config.json").symlink_to(outside)
+    with pytest.raises(ValueError, match="leads to %s, outside the model's tree %s" % (outside, model)):
+        md.load_json_object(str(model / "config.json"))
+    # A link inside the tree is followed.
+    (model / "config.json").unlink()
+    (model / "real.json").write_text('{"num_hidden_layers": 3}\n')
+    (model / "config.json").symlink_to("real.json")
+    assert md.read_num_hidden_layers(str(model)) == 3
+
+
+def test_a_hugging_face_snapshots_links_into_its_blobs_are_followed(tmp_path):
+    repo = tmp_path / "hub" / "models--org--DeepSeek-V3-EAGLE3"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc123").write_text('{"num_hidden_layers": 1}\n')
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to("../../blobs/abc123")
+    assert md.model_tree(str(snapshot)) == str(repo)
+    assert md.read_num_hidden_layers(str(snapshot)) == 1
+    # Another repository's blobs are outside.
+    other = tmp_path / "hub" / "models--org--other" / "blobs"
+    other.mkdir(parents=True)
+    (other / "x").write_text("{}\n")
+    (snapshot / "config.json").unlink()
+    (snapshot / "config.json").symlink_to(other / "x")
+    with pytest.raises(ValueError, match="outside the model's tree"):
+        md.load_json_object(str(snapshot / "config.json"))
+
+
+def test_a_fifo_or_a_device_is_refused_without_blocking(tmp_path):
+    model = _model(tmp_path)
+    (model / "config.json").unlink()
+    os.mkfifo(str(model / "config.json"))
+    with pytest.raises(ValueError, match="is not a regular file"):
+        md.load_json_object(str(model / "config.json"))
+    (model / "config.json").unlink()
+    (model / "config.json").symlink_to("/dev/zero")
+    with pytest.raises(ValueError, match="not a regular file|outside the model's tree"):
+        md.load_json_object(str(model / "config.json"))
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root's files are refused as root's")
+def test_a_file_only_root_may_read_is_refused(tmp_path):
+    model = _model(tmp_path)
+    (model / "config.json").chmod(0o600)
+    with pytest.raises(ValueError, match="readable by root only"):
+        md.load_json_object(str(model / "config.json"))
+    (model / "config.json").chmod(0o644)
+    assert md.read_num_hidden_layers(str(model)) == 61
+
+
+def test_a_link_swapped_while_root_reads_never_yields_the_file_outside(tmp_path):
+    """The swap between a check and a use: a writer flips the link between a file inside the tree and one
+    outside as fast as it can; every read gives the inside file or a refusal, never the outside one."""
+    model = _model(tmp_path)
+    (model / "inside.json").write_text('{"num_hidden_layers": 5}\n')
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"num_hidden_layers": 666}\n')
+    link = model / "config.json"
+    link.unlink()
+    link.symlink_to("inside.json")
+    stop = threading.Event()
+
+    def flip():
+        tmp = model / "config.json.tmp"
+        while not stop.is_set():
+            for target in (str(outside), "inside.json"):
+                try:
+                    tmp.unlink()
+                except FileNotFoundError:
+                    pass
+                tmp.symlink_to(target)
+                os.replace(str(tmp), str(link))  # atomic: the link is always there
+
+    writer = threading.Thread(target=flip)
+    writer.start()
+    seen = {"inside": 0, "refused": 0}
+    try:
+        for _ in range(20000):  # until both were seen often enough
+            if seen["refused"] >= 50 and seen["inside"] >= 50:
+                break
+            try:
+                value = md.read_num_hidden_layers(str(model))
+            except ValueError:
+                seen["refused"] += 1
+                continue
+            assert value == 5, "read the file outside the tree"
+            seen["inside"] += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert seen["refused"] > 0 and seen["inside"] > 0, seen

@@ -215,13 +215,18 @@ def test_safetensors_header_parse_reads_only_the_header(draft_dir, monkeypatch):
             read_total.append(len(data))
             return data
 
+        def fileno(self):
+            return self.handle.fileno()
+
         def __enter__(self):
             return self
 
         def __exit__(self, *exc):
             self.handle.close()
 
-    monkeypatch.setattr(md, "open", lambda p, mode="r": Spy(real_open(p, mode)), raising=False)
+    # Every model file is read through open_model_file (judged on the file opened).
+    real_model_open = md.open_model_file
+    monkeypatch.setattr(md, "open_model_file", lambda p, tree=None: Spy(real_model_open(p, tree)))
     header = md.read_safetensors_header(path)
     with real_open(path, "rb") as handle:
         (header_len,) = struct.unpack("<Q", handle.read(8))

@@ -4,6 +4,7 @@ process reading its args, on a copy of a real-shaped draft model directory."""
 from __future__ import annotations
 
 import ast
+import grp
 import hashlib
 import json
 import os
@@ -31,6 +32,9 @@ def draft(tmp_path):
     d.mkdir()
     shutil.copy(os.path.join(FIXTURES, "deepseek-v3-eagle3", "config.json"), str(d / "config.json"))
     os.chmod(str(d / "config.json"), 0o640)
+    if os.getuid() == 0:
+        # As model storage is shared: its group (not root's) reads it, which root may then read too.
+        os.chown(str(d / "config.json"), 0, grp.getgrnam("nogroup").gr_gid)
     write_safetensors(str(d / "model.safetensors"), DEEPSEEK_V3_EAGLE3_TENSORS)
     return d
 
@@ -231,16 +235,32 @@ def test_layer_ids_are_not_coerced(tmp_path, draft):
 
 
 def test_symlinked_config_is_replaced_not_the_blob(tmp_path, draft):
-    """Hugging Face cache snapshots link config.json to a shared blob."""
-    blob = tmp_path / "blob"
-    shutil.move(str(draft / "config.json"), str(blob))
-    os.symlink(str(blob), str(draft / "config.json"))
+    """Hugging Face cache snapshots link config.json to a shared blob of their repository."""
+    repo = tmp_path / "hub" / "models--org--draft"
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / "0123abcd"
+    snapshot.parent.mkdir()
+    os.rename(str(draft), str(snapshot))
+    blob = repo / "blobs" / "cfg"
+    shutil.move(str(snapshot / "config.json"), str(blob))
+    os.symlink("../../blobs/cfg", str(snapshot / "config.json"))
     blob_sha = sha(blob)
-    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
-    assert rc == 0 and res["changed"]
+    rc, res = run(tmp_path, path=str(snapshot), layer_ids=[-1, 2, 30])
+    assert rc == 0 and res["changed"], res
     assert sha(blob) == blob_sha
-    assert not os.path.islink(str(draft / "config.json"))
-    assert config_of(draft)["eagle_config"][KEY] == [-1, 2, 30]
+    assert not os.path.islink(str(snapshot / "config.json"))
+    assert config_of(snapshot)["eagle_config"][KEY] == [-1, 2, 30]
+
+
+def test_a_config_linked_out_of_the_drafts_tree_is_refused_untouched(tmp_path, draft):
+    """Whoever writes model storage may point config.json at a file root can read: refused, on the file opened."""
+    outside = tmp_path / "elsewhere.json"
+    shutil.move(str(draft / "config.json"), str(outside))
+    os.symlink(str(outside), str(draft / "config.json"))
+    before = sha(outside)
+    rc, res = run(tmp_path, path=str(draft), layer_ids=[-1, 2, 30])
+    assert rc != 0 and "outside the model's tree" in res["msg"] and "left untouched" in res["msg"], res
+    assert sha(outside) == before and os.path.islink(str(draft / "config.json"))
 
 
 ANSIBLE = os.path.join(ROOT, ".venv", "bin", "ansible")
