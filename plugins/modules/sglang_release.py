@@ -13,6 +13,7 @@ version_added: "3.0.0"
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - fleetops.sglang._common
+  - fleetops.sglang._common.anchors
 description:
   - Each release the role installs is a virtualenv of its own under O(root), named by its identity
     (O(id), C(<version>-<lock>-<patch>)); the server runs C(<venv>/bin/python), where O(venv) is a symbolic link
@@ -170,6 +171,7 @@ def main() -> None:
             dir=dict(type="path"),
             layer_ids=dict(type="list", elements="int", default=[-1, 2, 30]),
             pipeline_parallel_size=dict(type="int", default=1),
+            anchors=dict(type="dict", default={}),
             changeset=dict(type="path"),
             clean=dict(type="bool", default=False),
             keep=dict(type="int", default=2),
@@ -186,8 +188,10 @@ def main() -> None:
     try:
         if p["state"] == "planned":
             def engine(release):
+                # The same audit as the probe's and the patch step's, anchors included.
                 return eagle3.run(eagle3.Request(venv=release, layer_ids=p["layer_ids"], state="audit",
-                                                 pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True))
+                                                 pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
+                                                 anchors=p["anchors"]))
 
             def audit(release):
                 found = engine(release)

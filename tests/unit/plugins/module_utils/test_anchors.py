@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DIST, PATCHES, REPO, USER_IDS, E, site_file
+from conftest import DIST, MODULES, PATCHES, REPO, USER_IDS, E, run_module, site_file
 import sglang_wheels
 from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors as A
 from ansible_collections.fleetops.sglang.plugins.module_utils import _forward_code as FC
@@ -155,3 +155,16 @@ def test_a_malformed_entry_or_one_that_would_change_a_shipped_anchor_is_refused(
 
 def test_an_entry_equal_to_a_shipped_anchor_is_accepted():
     assert A.extra_errors({"0.5.9": {rel: A.UPSTREAM["0.5.9"].get(rel) for rel in A.FILES}}) == []
+
+
+def test_the_release_plan_audits_with_the_same_anchors(make_venv, tmp_path):
+    """sglang_release's plan audits an in-place venv before sealing it: a release anchored by
+    sglang_release_anchors is as the role leaves it there too, not rebuilt for want of an anchor."""
+    venv = make_venv("0.5.14")  # native: pristine is as the role leaves it
+    relabel(venv, "0.5.99")
+    args = dict(state="planned", venv=str(venv), root=str(tmp_path / "releases"), id="0.5.99-x", version="0.5.99")
+    rc, res = run_module(MODULES / "sglang_release.py", tmp_path, args)
+    assert rc == 0 and res["build"] and "no published sha256" in res["reason"], res
+    entry = {rel: A.UPSTREAM["0.5.14"].get(rel) for rel in A.FILES}
+    rc, res = run_module(MODULES / "sglang_release.py", tmp_path, dict(args, anchors={"0.5.99": entry}))
+    assert rc == 0 and res["seal"] and not res["build"], res
