@@ -53,6 +53,12 @@ SYSTEMD_PROPERTIES = (
 )
 
 
+def argument_spec() -> dict:
+    """The modules' ``sandbox`` option (its documentation: the doc fragment ``_common.sandbox``)."""
+    return dict(type="dict", options=dict(mode=dict(type="str", default="off", choices=list(MODES)),
+                                          user=dict(type="str")))
+
+
 class SandboxError(Exception):
     """The sandbox asked for cannot be made on this host; the message says why and what to do."""
 

@@ -347,6 +347,7 @@ EXAMPLES = r"""
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils import _sandbox
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import beat
 from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request, run
 from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized
@@ -363,8 +364,7 @@ def main():
             backup_dir=dict(type="path", default="/var/lib/sglang-remediation/backup"),
             pipeline_parallel_size=dict(type="int", default=1),
             anchors=dict(type="dict", default={}),
-            sandbox=dict(type="dict", options=dict(mode=dict(type="str", default="off", choices=["auto", "systemd", "setpriv", "off"]),
-                                                   user=dict(type="str"))),
+            sandbox=_sandbox.argument_spec(),
             python=dict(type="path"),
             memo_file=dict(type="path"),
             lease=dict(type="dict", options=dict(path=dict(type="path", required=True),

@@ -266,8 +266,7 @@ def main():
             required=dict(type="bool", default=False),
             resolve=dict(type="list", elements="str"),
             python=dict(type="path"),
-            sandbox=dict(type="dict", options=dict(mode=dict(type="str", default="off", choices=["auto", "systemd", "setpriv", "off"]),
-                                                   user=dict(type="str"))),
+            sandbox=_sandbox.argument_spec(),
         ),
         supports_check_mode=True,
     )

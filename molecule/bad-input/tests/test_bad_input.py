@@ -21,15 +21,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from scenario_helpers import (  # noqa: E402
-    DRAFT_CONFIG, SITE, DEEPSEEK_REL, UNIT, run_playbook, sha256, snapshot, snapshot_diff, starts,
+    DRAFT_CONFIG, PROJECT, SITE, DEEPSEEK_REL, UNIT, run_playbook, sha256, snapshot, snapshot_diff, starts,
 )
+
+sys.path.insert(0, str(PROJECT / "testbed"))
+import checkout  # noqa: E402
+
+checkout.importable()
+# Every file the role checks against the published wheel.
+from ansible_collections.fleetops.sglang.plugins.module_utils._anchors import FILES as ANCHORED  # noqa: E402
 
 DRAFT_DIR = "/models/DeepSeek-V3-EAGLE3"
 COMMUNICATOR_REL = "sglang/srt/layers/communicator.py"
-# Every file the role checks against the published wheel (plugins/module_utils/_anchors.py FILES).
-ANCHORED = [DEEPSEEK_REL, COMMUNICATOR_REL, "sglang/srt/layers/aux_hidden_states.py",
-            "sglang/srt/layers/layer_boundary/stage.py", "sglang/srt/model_executor/cuda_graph_runner.py",
-            "sglang/srt/model_executor/model_runner.py"]
 # python3 -c: rewrite a file's RECORD line for its bytes (argv: file, RECORD, its relative path).
 RECORD_AGREES = ("'import base64,hashlib,sys; f,r,rel=sys.argv[1:]; d=open(f,\"rb\").read(); "
                  "h=base64.urlsafe_b64encode(hashlib.sha256(d).digest()).rstrip(b\"=\").decode(); "
