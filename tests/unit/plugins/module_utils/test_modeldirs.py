@@ -4,7 +4,9 @@ from __future__ import annotations
 import ast
 import json
 import os
-import threading
+import subprocess
+import sys
+import time
 import zipfile
 
 import pytest
@@ -161,6 +163,22 @@ def test_a_file_only_root_may_read_is_refused(tmp_path):
     assert md.read_num_hidden_layers(str(model)) == 61
 
 
+# Flip a link between two targets as fast as it can, each swap atomic (argv: link, target, target).
+FLIP = """
+import os, sys
+link, targets = sys.argv[1], sys.argv[2:]
+tmp = link + ".tmp"
+while True:
+    for target in targets:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+"""
+
+
 def test_a_link_swapped_while_root_reads_never_yields_the_file_outside(tmp_path):
     """The swap between a check and a use: a writer flips the link between a file inside the tree and one
     outside as fast as it can; every read gives the inside file or a refusal, never the outside one."""
@@ -171,26 +189,12 @@ def test_a_link_swapped_while_root_reads_never_yields_the_file_outside(tmp_path)
     link = model / "config.json"
     link.unlink()
     link.symlink_to("inside.json")
-    stop = threading.Event()
-
-    def flip():
-        tmp = model / "config.json.tmp"
-        while not stop.is_set():
-            for target in (str(outside), "inside.json"):
-                try:
-                    tmp.unlink()
-                except FileNotFoundError:
-                    pass
-                tmp.symlink_to(target)
-                os.replace(str(tmp), str(link))  # atomic: the link is always there
-
-    writer = threading.Thread(target=flip)
-    writer.start()
+    # The writer is a process of its own (a thread would wait on the GIL while root reads).
+    flipper = subprocess.Popen([sys.executable, "-c", FLIP, str(link), str(outside), "inside.json"])
     seen = {"inside": 0, "refused": 0}
+    deadline = time.monotonic() + 120
     try:
-        for _ in range(20000):  # until both were seen often enough
-            if seen["refused"] >= 50 and seen["inside"] >= 50:
-                break
+        while time.monotonic() < deadline and (seen["refused"] < 50 or seen["inside"] < 50):
             try:
                 value = md.read_num_hidden_layers(str(model))
             except ValueError:
@@ -199,6 +203,6 @@ def test_a_link_swapped_while_root_reads_never_yields_the_file_outside(tmp_path)
             assert value == 5, "read the file outside the tree"
             seen["inside"] += 1
     finally:
-        stop.set()
-        writer.join()
+        flipper.kill()
+        flipper.wait()
     assert seen["refused"] > 0 and seen["inside"] > 0, seen
