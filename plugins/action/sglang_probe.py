@@ -41,7 +41,7 @@ from ansible.utils.display import Display
 from ansible.utils.vars import combine_vars
 
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _fastpath
-from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
+from ansible_collections.fleetops.sglang.plugins.module_utils import _hostaudit, _inputs
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _rows
 from ansible_collections.fleetops.sglang.plugins.module_utils import _runmode
 from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import split_secret
@@ -330,6 +330,11 @@ class ActionModule(ActionBase):
         audit = boolean(self._templar.template(task_vars.get("sglang_audit", False)), strict=False)
         if args.get("textfile"):
             args["textfile"] = textfile_args(args["textfile"], audit)
+        if args.get("audit_timer"):
+            # The host's audit timer judges it against this run's own arguments (no key, no secret file's hash).
+            timer = dict(args["audit_timer"])
+            timer["spec"] = _hostaudit.spec_of(args, timer)
+            args["audit_timer"] = result["audit_spec"] = timer
 
         if not fast_path and not args.get("live"):
             # Nothing to read on the host: with the fast path off every host takes the full role.

@@ -84,23 +84,24 @@ def environment_file(path: str) -> Dict[str, str]:
     return out
 
 
-def adoption_blockers(pid: Optional[int], argv: Sequence[str], env_file: str, paths: Sequence[str],
+def adoption_blockers(pid: Optional[int], argv: Sequence[str], env_file: Optional[str], paths: Sequence[str],
                       proc: str = "/proc") -> List[str]:
     """Why the running server cannot be adopted; empty when it can. Never shows an environment value."""
     if pid is None:
         return ["the service has no main process"]
     try:
         running = process_argv(pid, proc)
-        environ = process_environ(pid, proc)
+        # None: not compared (the caller could not read it, and says so).
+        environ = process_environ(pid, proc) if env_file is not None else None
         started = process_start_time(pid, proc)
-        wanted_env = environment_file(env_file)
+        wanted_env = environment_file(env_file) if env_file is not None else {}
     except (OSError, ValueError, IndexError) as exc:
         return ["the running server cannot be read (%s)" % exc]
     blockers = []  # type: List[str]
     if running != list(argv):
         blockers.append("its command line differs from the unit's (%d items running, %d rendered%s)" % (
             len(running), len(argv), _first_difference(running, list(argv))))
-    differ = sorted(k for k, v in wanted_env.items() if environ.get(k) != v)
+    differ = sorted(k for k, v in wanted_env.items() if (environ or {}).get(k) != v)
     if differ:
         blockers.append("its environment differs in %s" % ", ".join(differ))
     newer = []

@@ -24,9 +24,12 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from ansible_collections.fleetops.sglang.plugins.module_utils import _hostaudit
 from ansible_collections.fleetops.sglang.plugins.module_utils._inputs_rules import (
     check_accept_length,
     check_account,
+    check_audit_interval,
+    check_audit_jitter,
     check_api_key,
     check_environment,
     check_extra_args,
@@ -170,6 +173,10 @@ VARIABLES: Dict[str, Variable] = {
     "sglang_live_probe_tokens": Variable("an integer from 1 to 1024", check_int_range(1, 1024)),
     "sglang_metrics_textfile": Variable(ACCEPTED_BOOL, check_bool),
     "sglang_metrics_textfile_path": accepting(_UNIT_PATH + ", ending in .prom", check_textfile_path),
+    "sglang_audit_timer": Variable(ACCEPTED_BOOL, check_bool),
+    "sglang_audit_timer_interval": Variable(_hostaudit.INTERVALS, check_audit_interval),
+    "sglang_audit_timer_jitter": accepting("whole seconds, from 0 to less than sglang_audit_timer_interval",
+                                           check_audit_jitter),
 }
 
 # The sglang_* names that are not the role's variables but are read where they are set: the fleet

@@ -17,6 +17,7 @@ import re
 from typing import Any, Callable, List, Mapping
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _anchors
+from ansible_collections.fleetops.sglang.plugins.module_utils import _hostaudit
 from ansible_collections.fleetops.sglang.plugins.module_utils import _service
 from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
 from ansible_collections.fleetops.sglang.plugins.module_utils import _speculative
@@ -379,6 +380,26 @@ def check_accept_length(var: str, value: Any, values: Mapping[str, Any], accepte
 def check_extra_directives(var: str, value: Any, _values: Mapping[str, Any]) -> List[str]:
     # The rules live with the unit's other sandbox logic (_service).
     return _service.validate_extra_directives(value, var=var)
+
+
+def check_audit_interval(var: str, value: Any, values: Mapping[str, Any]) -> List[str]:
+    number = as_int(value)
+    if number is None or isinstance(value, bool):
+        return [message(var, value, "is not a whole number of seconds", _hostaudit.INTERVALS)]
+    try:
+        _hostaudit.calendar(number)
+    except ValueError:
+        return [message(var, value, "does not repeat on the clock (the timer's OnCalendar, which Persistent= needs)",
+                        _hostaudit.INTERVALS)]
+    return []
+
+
+def check_audit_jitter(var: str, value: Any, values: Mapping[str, Any], accepted: str) -> List[str]:
+    number, interval = as_int(value), as_int(values.get("sglang_audit_timer_interval", 900))
+    if number is None or isinstance(value, bool) or number < 0 or (interval is not None and number >= interval):
+        return [message(var, value, "is not from 0 to less than sglang_audit_timer_interval=%s, so that one run "
+                        "never slides into the next" % values.get("sglang_audit_timer_interval", 900), accepted)]
+    return []
 
 
 def check_textfile_path(var: str, value: Any, _values: Mapping[str, Any], accepted: str) -> List[str]:

@@ -5,7 +5,7 @@
 
 Shared by ``sglang_probe`` (audits and reruns read the live state of an active
 server) and ``sglang_gate`` (the reading after a restart), so both judge a server
-the same way. Standard library only (plus Ansible's ``open_url`` on hosts); must run
+the same way. Standard library only; must run
 under any host ``python3`` from 3.9.
 
 Field names, read from the released wheels 0.5.4.post2 ... 0.5.23:
@@ -64,8 +64,7 @@ def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None
                  headers: Optional[Dict[str, str]] = None) -> Tuple[Optional[int], Any, str]:
     """(status, parsed JSON or None, error text) for one GET or JSON POST; never raises."""
     from urllib.error import HTTPError
-
-    from ansible.module_utils.urls import open_url
+    from urllib.request import ProxyHandler, Request, build_opener
 
     data = None if body is None else json.dumps(body).encode("utf-8")
     headers = dict(headers or {})
@@ -75,8 +74,11 @@ def http_request(url: str, timeout: float, body: Optional[Dict[str, Any]] = None
         # Never through a proxy: the server is on this host, and a configured HTTP(S)_PROXY
         # (urllib honours it even for 127.0.0.1 unless no_proxy names it) would otherwise be
         # handed every request, the Authorization header with the API key included.
-        resp = open_url(url, data=data, headers=headers, method="POST" if body is not None else "GET",
-                        timeout=timeout, validate_certs=True, use_proxy=False)
+        # The standard library's (certificates verified), so the host's own audit timer, which runs without
+        # Ansible, reads the server exactly as the modules do.
+        opener = build_opener(ProxyHandler({}))
+        resp = opener.open(Request(url, data=data, headers=headers, method="POST" if body is not None else "GET"),
+                           timeout=timeout)
         raw = resp.read()
         status = resp.getcode()
     except HTTPError as exc:

@@ -66,10 +66,17 @@ def _value(v: float) -> str:
     return repr(float(v))
 
 
+def metric_lines(full: str, kind: str, help_text: str, samples: Sequence[Sequence[Any]]) -> List[str]:
+    """One metric in the text exposition format: HELP, TYPE, and a line per (labels, value) sample."""
+    return (["# HELP %s %s" % (full, help_text), "# TYPE %s %s" % (full, kind)]
+            + ["%s%s %s" % (full, _labels(labels), _value(value)) for labels, value in samples])
+
+
 def render(values: Dict[str, Any]) -> str:
     """The textfile for one host, metrics sorted by name, each with HELP and TYPE.
 
-    ``values``: compliant, release, decision, family, draft_ids, mode, replica (the multi-node replica
+    ``values``: compliant, release, decision, family, draft_ids, mode (the run's, or ``timer``: the
+    host's audit timer wrote it), audit_timer (whether the role installed that timer), replica (the multi-node replica
     the host is a node of, "" for a host of one node), accept_length_min,
     live (a reading from _live.judge, or None), classes, restarts_total,
     last_run (epoch seconds), last_success (epoch seconds or None).
@@ -81,15 +88,15 @@ def render(values: Dict[str, Any]) -> str:
     out: List[str] = []
 
     def metric(name: str, kind: str, help_text: str, samples: Sequence[Sequence[Any]]) -> None:
-        full = "%s_%s" % (PREFIX, name)
-        out.append("# HELP %s %s" % (full, help_text))
-        out.append("# TYPE %s %s" % (full, kind))
-        for labels, value in samples:
-            out.append("%s%s %s" % (full, _labels(labels), _value(value)))
+        out.extend(metric_lines("%s_%s" % (PREFIX, name), kind, help_text, samples))
 
     metric("accept_length_min", "gauge",
            "The role's sglang_accept_length_min; 0 means the live check on accept length is off.",
            [((), float(values.get("accept_length_min") or 0))])
+    metric("audit_timer", "gauge",
+           "1 when the role installed this host's audit timer (sglang_audit_timer), 0 when it did not: the timer's "
+           "own sglang_audit_timer_* series must then be there.",
+           [((), 1 if values.get("audit_timer") else 0)])
     metric("compliant", "gauge",
            "1 when the host runs what the role would leave: release, patch, draft ids, unit, running "
            "server and live speculative state; 0 otherwise.",

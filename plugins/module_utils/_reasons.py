@@ -44,6 +44,8 @@ REASONS = {
     "files.differs": "service_files",
     "files.unreadable": "service_files",
     "files.bad_entry": "service_files",
+    # The host's audit timer (_hostaudit) is not as the role installs it: no restart needed.
+    "timer.differs": "service_files",
     # The running server against the files it should run on.
     "server.differs": "running_server",
     "server.fingerprint_differs": "running_server",
@@ -63,6 +65,9 @@ REASONS = {
 
 # The staged release's own findings (the probe's, _releases): a dry run's row carries them as they are.
 RELEASE_STAGING = ("release.not_staged", "release.not_sealed", "release.drift")
+# The findings only the probe makes (no later task of the role reads the same thing again): the staged release's
+# and the audit timer's. A dry run's row (an audit, check mode) carries them as the probe found them.
+PROBE_ONLY = RELEASE_STAGING + ("timer.differs",)
 
 # The files the role passes to the probe by these names; another name is a generic file.
 FILE_CODES = {"unit": "unit.differs", "environment": "environment.differs", "api_keys": "api_keys.differs"}

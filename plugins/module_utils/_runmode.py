@@ -18,6 +18,8 @@ REMEDIATE = "remediate"
 AUDIT = "audit"
 ROLLBACK = "rollback"
 RUN_MODES = (REMEDIATE, AUDIT, ROLLBACK)
+# Not a run's: the host's own audit timer (_hostaudit) writes the textfile with this mode.
+TIMER = "timer"
 
 
 def run_mode(audit: bool, rollback: bool = False) -> str:

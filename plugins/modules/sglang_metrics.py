@@ -110,6 +110,14 @@ options:
     description: Restarts of the service this run performed (gated restart, rollback restart).
     type: int
     default: 0
+  audit_timer:
+    description:
+      - The host's audit timer, as M(fleetops.sglang.sglang_probe) returned it in its RV(fleetops.sglang.sglang_probe#module:audit_spec)
+        (the spec built from that run's arguments).
+      - Installed or updated (or removed, its C(state) being V(absent)) only at the end of a remediation run
+        (O(mode=remediate)) that left the host compliant with no error; another run leaves the timer as it was.
+        Check mode only says what would change. Its state sets C(sglang_remediation_audit_timer).
+    type: dict
 seealso:
   - module: fleetops.sglang.sglang_probe
   - module: fleetops.sglang.sglang_gate
@@ -133,6 +141,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+audit_timer:
+  description: What O(audit_timer) changed (C(changed), C(changes)); V(null) when it was left alone.
+  type: dict
+  returned: always
+  sample: {changed: false, changes: []}
 path:
   description: The textfile written (or that would be, in check mode).
   type: str
@@ -174,6 +187,7 @@ text:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.fleetops.sglang.plugins.module_utils._hostaudit import install
 from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import (
     classify,
     load_restarts,
@@ -204,6 +218,7 @@ def main():
             live=dict(type="dict"),
             accept_length_min=dict(type="float", default=0),
             restarts=dict(type="int", default=0),
+            audit_timer=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -217,19 +232,32 @@ def main():
     success = bool(p["compliant"]) and not p["error"]
     values = dict(compliant=success, release=p["release"], decision=p["decision"], family=p["family"],
                   draft_ids=p["draft_ids"], mode=p["mode"], live=p["live"], classes=classes,
-                  accept_length_min=p["accept_length_min"], replica=p["replica"])
+                  accept_length_min=p["accept_length_min"], replica=p["replica"],
+                  audit_timer=bool(p["audit_timer"]) and p["audit_timer"].get("state", "present") == "present")
+    timer = None
+    if p["audit_timer"] and p["audit_timer"].get("spec") and p["mode"] == REMEDIATE and success:
+        # After the textfile (written below): the run's verdict is kept even when the timer cannot be installed.
+        timer = p["audit_timer"]
     now = time.time()
     if module.check_mode:
+        timer = timer and install(timer, True, module.run_command)
         total = load_restarts(p["state_file"]) + max(p["restarts"], 0)
         last = now if success else previous_last_success(p["path"])
         text = render(dict(values, restarts_total=total, last_run=now, last_success=last))
-        module.exit_json(changed=False, path=p["path"], written=False, restarts_total=total, last_run=now,
+        module.exit_json(changed=bool(timer and timer["changed"]), audit_timer=timer, path=p["path"], written=False,
+                         restarts_total=total, last_run=now,
                          last_success=last, classes=classes, text=text)
     try:
         out = update(p["path"], p["state_file"], values, max(p["restarts"], 0), now, success)
     except OSError as exc:
-        module.fail_json(msg="could not write %s: %s" % (p["path"], exc))
-    module.exit_json(changed=False, path=out["path"], written=True, restarts_total=out["restarts_total"],
+        module.fail_json(msg="the textfile %s could not be written: %s" % (p["path"], exc))
+    try:
+        timer = timer and install(timer, False, module.run_command)
+    except OSError as exc:
+        module.fail_json(msg="the textfile %s was written; the audit timer could not be installed: %s" % (p["path"], exc),
+                         path=out["path"], written=True)
+    module.exit_json(changed=bool(timer and timer["changed"]), audit_timer=timer, path=out["path"], written=True,
+                     restarts_total=out["restarts_total"],
                      last_run=out["last_run"], last_success=out["last_success"], classes=classes,
                      text=out["text"])
 

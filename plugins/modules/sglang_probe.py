@@ -337,6 +337,48 @@ options:
             of one node.
         type: str
         default: ""
+      audit_timer:
+        description: Whether the role installs the host's audit timer (C(sglang_remediation_audit_timer)).
+        type: bool
+        default: false
+  audit_timer:
+    description:
+      - The host's own audit timer (C(plugins/module_utils/_hostaudit.py)).
+      - The task gives O(audit_timer.state), O(audit_timer.install), O(audit_timer.interval), O(audit_timer.jitter),
+        O(audit_timer.lease) and O(audit_timer.running); the action plugin adds O(audit_timer.spec), built from this
+        task's own arguments.
+      - On a compliant host with O(audit_timer.install), the timer is installed or updated here (the result is then
+        C(changed); check mode only says so). Without it (an audit), a timer that is not as it would be installed
+        is a finding, C(timer.differs), which needs no restart.
+    type: dict
+    suboptions:
+      state:
+        description: V(present) installs the timer, V(absent) removes it.
+        type: str
+        choices: [present, absent]
+        default: present
+      install:
+        description: Install or update it here when the host is compliant (a converging run); else only compare.
+        type: bool
+        default: false
+      interval:
+        description: Seconds between runs (C(sglang_audit_timer_interval)).
+        type: int
+        default: 900
+      jitter:
+        description: The most seconds each run is delayed at random (C(sglang_audit_timer_jitter)).
+        type: int
+        default: 120
+      lease:
+        description: C(ttl) and C(stale) of the host's lease (C(sglang_lock_ttl), C(sglang_lock_stale_seconds)).
+        type: dict
+        default: {}
+      running:
+        description: C(argv), C(env_file) and C(paths) the running server is compared with, as for O(adopt).
+        type: dict
+      spec:
+        description: Set by the action plugin.
+        type: dict
   role_checks:
     description:
       - Controller side (action plugin), before anything is rendered or sent to the host. Checks the calling
@@ -659,6 +701,19 @@ textfile:
   type: str
   returned: always
   sample: /var/lib/prometheus/node-exporter/sglang_remediation.prom
+audit_timer:
+  description:
+    - What O(audit_timer) installed on this compliant host (C(changed), and C(changes), what differed before); V(null)
+      when nothing was installed here.
+  type: dict
+  returned: always
+  sample: {changed: true, changes: [/etc/systemd/system/sglang-audit.timer is missing]}
+audit_spec:
+  description:
+    - The audit timer's spec built from this task's arguments (action plugin), which the role hands to
+      M(fleetops.sglang.sglang_metrics) at the end of a run; no key and no hash of a secret-bearing file.
+  type: dict
+  returned: when O(audit_timer) is given
 written:
   description:
     - Every file this call wrote on the host (see the C(writes) attribute); empty in check mode and on a host
@@ -762,316 +817,17 @@ EXAMPLES = r"""
   register: probe
 """
 
-import hashlib
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.fleetops.sglang.plugins.module_utils._adopt import adoption_blockers, main_pid
-from ansible_collections.fleetops.sglang.plugins.module_utils._distribution import (
-    DEEPSEEK_FILE, TARGET_FILES, EngineError, find_installation)
-from ansible_collections.fleetops.sglang.plugins.module_utils._eagle3 import Request
-from ansible_collections.fleetops.sglang.plugins.module_utils import _releases
+from ansible_collections.fleetops.sglang.plugins.module_utils._families import DEFAULT_LAYER_IDS, validate_layer_ids
+from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import refusal
+from ansible_collections.fleetops.sglang.plugins.module_utils._hostaudit import differences, install
 from ansible_collections.fleetops.sglang.plugins.module_utils._lease import LeaseFile, describe
-from ansible_collections.fleetops.sglang.plugins.module_utils._memo import audit_memoized, store_audit_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils._families import DEFAULT_LAYER_IDS, capture_errors, validate_layer_ids
-from ansible_collections.fleetops.sglang.plugins.module_utils._release_flags import store_table_memo
-from ansible_collections.fleetops.sglang.plugins.module_utils._extra_args import check_venv, refusal
-from ansible_collections.fleetops.sglang.plugins.module_utils._live import authorized, http_request, read_live
-from ansible_collections.fleetops.sglang.plugins.module_utils._metrics import classify, update
-from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
-    FILE_CODES, codes, finding, release_not_pinned)
-from ansible_collections.fleetops.sglang.plugins.module_utils._fingerprint import (
-    changed_components, current_fingerprint, load_recorded, record, service_active, shown)
-from ansible_collections.fleetops.sglang.plugins.module_utils._draftconfig import (
-    get_layer_ids, same_ids, view_differences)
-from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
+from ansible_collections.fleetops.sglang.plugins.module_utils._probe import probe
+from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import finding
 from ansible_collections.fleetops.sglang.plugins.module_utils._rootpaths import root_path_errors
-from ansible_collections.fleetops.sglang.plugins.module_utils._modeldirs import load_json_object, read_num_hidden_layers, target_model_errors
-
-SHORT = os.path.basename(DEEPSEEK_FILE)
-
-
-def eagle3_reasons(audit):
-    """Why the installed files are not as the role would leave them (findings, _reasons)."""
-    if audit["failed"]:
-        return [finding("source.unreadable", audit["msg"])]
-    if audit["compliant"]:
-        return []
-    state = audit["file_state_before"]
-    if audit["decision"] == "refuse":
-        return [finding("source.refused", "refused: %s" % audit["msg"])]
-    if audit["decision"] == "native":
-        return [finding("source.restore_needed", "%s %s on a native release: restore needed" % (SHORT, state))]
-    return [finding("source.unpatched", "%s %s: patch needed (%s)" % (
-        SHORT, state, "; ".join(audit["findings"]) or audit["msg"]))]
-
-
-def release_reasons(venv, rid):
-    """The switch and the seal of the release it points at, against the identity wanted (findings)."""
-    state = _releases.switch_state(venv)
-    if state["kind"] != "link":
-        return state["target"], [finding("release.not_staged", "%s is an in-place venv, not a staged release: the next"
-                                         " run adopts it as one (no reinstall, no restart)" % venv)]
-    marker = _releases.read_marker(state["target"]) or {}
-    if marker.get("id") != rid:
-        return state["target"], [finding("release.not_sealed", "%s -> %s, sealed as %s, not as %s" % (
-            venv, state["target"], marker.get("id") or "nothing", rid))]
-    drift = _releases.problems(state["target"], marker)
-    if drift:
-        return state["target"], [finding("release.drift", "release %s changed after its seal: %s" % (
-            state["target"], "; ".join(drift[:5]) + (" (and %d more)" % (len(drift) - 5) if len(drift) > 5 else "")))]
-    return state["target"], []
-
-
-def draft_reasons(path, wanted, source=None):
-    """Compare the draft config's ids with those the release needs, and a view with the draft's files
-    (``source``, its directory); (findings, ids found)."""
-    try:
-        config = load_json_object(path)
-    except (OSError, ValueError) as exc:
-        return [finding("draft.unreadable", "draft config unreadable: %s" % exc)], None
-    if config is None:
-        return [finding("draft.missing", "draft config %s does not exist" % path)], None
-    found = get_layer_ids(config)
-    if wanted is not None and not same_ids(found, wanted):
-        return [finding("draft.ids_differ", "draft ids %s != %s" % (found, wanted))], found
-    if source and wanted is not None:
-        try:
-            stale = view_differences(source, os.path.dirname(path), wanted)
-        except (OSError, ValueError) as exc:
-            return [finding("draft.unreadable", "draft %s unreadable: %s" % (source, exc))], found
-        if stale:
-            return [finding("draft.view_stale", "draft view %s is not the draft's current files (%s): %s"
-                            % (os.path.dirname(path), source, "; ".join(stale)))], found
-    return [], found
-
-
-def file_reasons(files, secret_sha256=None):
-    """The rendered files against their sha256 (findings); a missing file differs from its rendering too. A
-    secret-bearing file's sha256 comes in ``secret_sha256`` (a no_log argument), by the same name."""
-    reasons = []
-    for name in sorted(files):
-        spec = files[name] or {}
-        path = spec.get("path")
-        want = str(spec.get("sha256") or (secret_sha256 or {}).get(name) or "").lower()
-        differs = FILE_CODES.get(name, "files.differs")
-        if not path or not want:
-            reasons.append(finding("files.bad_entry", "%s: files entries need path and sha256" % name))
-            continue
-        try:
-            with open(path, "rb") as fh:
-                have = hashlib.sha256(fh.read()).hexdigest()
-        except FileNotFoundError:
-            reasons.append(finding(differs, "%s %s does not exist" % (name, path)))
-            continue
-        except OSError as exc:
-            reasons.append(finding("files.unreadable", "%s unreadable: %s" % (name, exc)))
-            continue
-        if have != want:
-            reasons.append(finding(differs, "%s differs from the rendered one" % name))
-    return reasons
-
-
-# The one finding adoption can answer (a server that runs what should run, unrecorded).
-NO_HEALTHY_START = "server.not_recorded"
-
-
-def fingerprint_specs(components, audit):
-    """The fingerprint's components as the gate records them: the engine's own value for ``sglang``."""
-    specs = dict(components)
-    if specs.get("sglang") in (None, "", "auto") and not audit["failed"]:
-        specs["sglang"] = "value:" + audit["fingerprint"]
-    elif specs.get("sglang") in (None, "", "auto"):
-        specs.pop("sglang", None)  # no install: the fingerprint differs on the other components or anyway
-    return specs
-
-
-def fingerprint_reasons(components, state_file, audit):
-    """(reasons, {current, recorded}) for the running fingerprint, without the service state."""
-    specs = fingerprint_specs(components, audit)
-    try:
-        current = current_fingerprint(specs)
-    except OSError as exc:
-        return [finding("server.fingerprint_unreadable", "fingerprint: %s" % exc)], {"current": {}, "recorded": {}}
-    recorded = load_recorded(state_file) if state_file else {}
-    changed = changed_components(current, recorded)
-    info = {"current": shown(current), "recorded": shown(recorded.get("components", {}))}
-    if changed is None:
-        return [finding(NO_HEALTHY_START, "no healthy start recorded: restart needed")], info
-    if not changed:
-        return [], info
-    why = "fingerprint differs (%s): restart needed" % ", ".join(changed)
-    return [finding("server.fingerprint_differs", why)], info
-
-
-def live_reading(live, release, request=http_request):
-    """The running server's speculative state (_live), the installed release as its expected version."""
-    expected = dict(live["expected"] or {})
-    if release and not expected.get("version"):
-        expected["version"] = release
-    return read_live(authorized(request, live.get("api_key") or ""), live["url"], expected,
-                     live["accept_length_min"], live["prompts"] or [], live["max_new_tokens"],
-                     live["request_timeout"], live["generate_timeout"])
-
-
-def adoption(p, result, reasons, audit, check_mode, run_command, which, request=http_request):
-    """Adopt a server that runs what should run but has no recorded start (_adopt): record its
-    fingerprint (not in check mode or an audit, which only say so) and restart nothing.
-
-    Only when the one finding is that no healthy start was recorded, the service is active and
-    its live reading passed; None when adoption was not considered, else what it found.
-    """
-    spec = p.get("adopt")
-    live = result.get("live")
-    if spec and spec.get("health_url") and not live:
-        # A follower of a multi-node replica: no API to read; its stand-in health server answers once its
-        # schedulers joined the replica (the leader's reading is the replica's).
-        status, _answer, _error = request(spec["health_url"].rstrip("/") + "/health", 10)
-        live = {"read": status == 200, "reasons": []}
-    if not spec or codes(reasons) != [NO_HEALTHY_START] or not result["active"] or not live or not live.get("read") \
-            or live.get("reasons") or audit["failed"]:
-        return None
-    paths = list(spec.get("paths") or [])
-    try:
-        installation = find_installation(p["venv"])
-        paths += [installation.path(rel) for rel in TARGET_FILES]
-        paths.append(os.path.join(installation.dist_info, "RECORD"))
-    except EngineError as exc:
-        return {"adopted": False, "recorded": False, "blockers": ["the installed SGLang cannot be read (%s)" % exc]}
-    pid = main_pid(p["service"], run_command, which)
-    blockers = adoption_blockers(pid, spec["argv"], spec["env_file"], paths)
-    found = {"adopted": not blockers, "recorded": False, "blockers": blockers}
-    if not blockers and spec.get("record") and not check_mode:
-        found["recorded"] = record(p["fingerprint_file"],
-                                   fingerprint_specs(p["fingerprint_components"] or {}, audit))
-    return found
-
-
-def write_textfile(textfile, result, check_mode, now=None):
-    """The textfile of a run that ends at the probe: files compliant, live findings decide."""
-    if not textfile or check_mode or not result["compliant"]:
-        return None
-    live = result["live"] or {}
-    reasons = live.get("reasons") or []
-    audit = result["eagle3"] or {}
-    values = dict(compliant=not reasons, release=result["release"], decision=result["decision"],
-                  family=audit.get("family") or "", draft_ids=result["draft_layer_ids"] or [],
-                  mode=textfile["mode"], live=result["live"], classes=classify(codes(reasons)),
-                  accept_length_min=textfile.get("accept_length_min", 0), replica=textfile.get("replica") or "")
-    update(textfile["path"], textfile["state_file"], values, restarts=0,
-           now=time.time() if now is None else now, success=not reasons)
-    return textfile["path"]
-
-
-def forward_family(audit):
-    """The audit's forward family (L, C, P, R), also from a memo that predates ``shape``."""
-    forward = (audit.get("shape") or {}).get("forward")
-    family = audit.get("family") or ""
-    if forward:
-        return forward
-    if family.startswith("native_"):
-        return family[len("native_"):]
-    return "L" if family.endswith("_loop") else None
-
-
-def input_errors(p, audit):
-    """Inputs that cannot work on this host: checked here too, so the fast path refuses them."""
-    target = p["target_model_path"]
-    if not target:
-        return []
-    errors = target_model_errors(target)
-    if errors or audit["release"] != p["expected_version"] or audit["decision"] not in ("patch", "native"):
-        return errors
-    forward = forward_family(audit)
-    return capture_errors(p["layer_ids"], read_num_hidden_layers(target),
-                          forward if forward in ("L", "C", "P", "R") else None, audit["release"])
-
-
-def probe(p, check_mode=False, run_command=None, which=None):
-    result = dict(changed=False, compliant=False, reasons=[], release=None, decision=None,
-                  draft_layer_ids=None, draft_layer_ids_found=None, eagle3=None,
-                  fingerprint={"current": {}, "recorded": {}}, active=None, restart_needed=False, adoption=None,
-                  server_flags={"checked": False, "errors": []},
-                  live=None, textfile=None, release_dir=None)
-    flags = {"memo_key": None, "table": None}
-    reasons = result["reasons"]
-    audit = audit_memoized(Request(
-        venv=p["venv"], layer_ids=p["layer_ids"], patches=p["patches"] or {}, state="audit",
-        backup_dir=p["backup_dir"], pipeline_parallel_size=p["pipeline_parallel_size"], check_mode=True,
-        anchors=p["anchors"],
-    ), p["memo_file"], write=False)
-    audit.pop("diff", None)
-    result["errors"] = input_errors(p, audit)
-    if result["errors"]:
-        return result
-    result.update(eagle3=audit, release=audit["release"], decision=audit["decision"],
-                  draft_layer_ids=audit["draft_layer_ids"])
-    if audit["release"] is None:
-        reasons.append(finding("release.not_installed", "sglang %s not installed in %s (%s)" % (
-            p["expected_version"], p["venv"], audit["msg"])))
-    elif audit["release"] != p["expected_version"]:
-        # What to patch is decided on the pinned release once it is installed.
-        reasons.append(release_not_pinned(audit["release"], p["expected_version"]))
-    else:
-        # The flags the pinned release accepts, before anything else is judged: a bad
-        # sglang_extra_args fails the probe, so nothing on the host is touched.
-        try:
-            flags = check_venv(p["venv"], p["extra_args"] or [], audit["release"], p["flags_memo_file"],
-                               key_vars=p["key_vars"], trust_remote_code=p["trust_remote_code"])
-        except (OSError, ValueError, SyntaxError) as exc:
-            flags = {"checked": False, "memo_key": None, "table": None,
-                     "errors": ["sglang_extra_args cannot be checked: the launch flags of SGLang %s could not "
-                                "be read (%s); empty sglang_extra_args or report the layout" % (audit["release"], exc)]}
-        result["server_flags"] = {k: v for k, v in flags.items() if k not in ("memo_key", "table")}
-        if flags["errors"]:
-            audit.pop("memo_key", None)
-            return result
-        reasons += eagle3_reasons(audit)
-        draft, found = draft_reasons(p["draft_config"], audit["draft_layer_ids"], p["draft_source"])
-        reasons += draft
-        result["draft_layer_ids_found"] = found
-    if p["service_manage"]:
-        reasons += file_reasons(p["files"] or {}, p["secret_sha256"] or {})
-        fp_reasons, result["fingerprint"] = fingerprint_reasons(
-            p["fingerprint_components"] or {}, p["fingerprint_file"], audit)
-        reasons += fp_reasons
-        result["active"] = service_active(p["service"], run_command, which)
-        if not result["active"]:
-            reasons.append(finding("server.inactive", "service %s not active" % p["service"]))
-        elif p.get("live"):
-            result["live"] = live_reading(p["live"], audit["release"])
-        result["adoption"] = adoption(p, result, reasons, audit, check_mode, run_command, which)
-        if result["adoption"] and result["adoption"]["adopted"]:
-            # What runs is what should run: only its record was missing (written now, or by the next run).
-            del reasons[:]
-            result["changed"] = result["adoption"]["recorded"]
-        elif result["adoption"]:
-            # Adoption is considered only when that record is the one finding.
-            reasons[0]["text"] += " (not adopted: %s)" % "; ".join(result["adoption"]["blockers"])
-        # Every finding changes a fingerprint component (or starts the service).
-        result["restart_needed"] = bool(reasons)
-    if p.get("release") and audit["release"] == p["expected_version"]:
-        # Judged after the restart decision: a release to adopt, seal or rebuild as it was needs no restart.
-        result["release_dir"], found = release_reasons(p["venv"], p["release"]["id"])
-        reasons += found
-    result["compliant"] = not reasons
-    # Only a verdict the run ends on is stored: a host that goes on to be changed or
-    # refused leaves the memo as it was (the patching module stores its own).
-    # What this call wrote, said in RV(written): records of the run, never the host's configuration.
-    written = [p["fingerprint_file"]] if (result.get("adoption") or {}).get("recorded") else []
-    if p["memo_write"] and not check_mode and result["compliant"] and p["memo_file"]:
-        store_audit_memo(p["memo_file"], audit)
-        written.append(p["memo_file"])
-    if p["memo_write"] and not check_mode and result["compliant"] and p["flags_memo_file"]:
-        store_table_memo(p["flags_memo_file"], flags["memo_key"], flags["table"])
-        written.append(p["flags_memo_file"])
-    audit.pop("memo_key", None)
-    textfile = dict(p["textfile"], accept_length_min=(p.get("live") or {}).get("accept_length_min", 0)) \
-        if p.get("textfile") else None
-    result["textfile"] = write_textfile(textfile, result, p.get("_check_mode", False))
-    result["written"] = written + ([result["textfile"]] if result["textfile"] else [])
-    return result
+from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import REMEDIATE, RUN_MODES
 
 
 def main():
@@ -1129,6 +885,16 @@ def main():
                 state_file=dict(type="path", required=True),
                 mode=dict(type="str", default=REMEDIATE, choices=list(RUN_MODES)),
                 replica=dict(type="str", default=""),
+                audit_timer=dict(type="bool", default=False),
+            )),
+            audit_timer=dict(type="dict", options=dict(
+                state=dict(type="str", default="present", choices=["present", "absent"]),
+                install=dict(type="bool", default=False),
+                interval=dict(type="int", default=900),
+                jitter=dict(type="int", default=120),
+                lease=dict(type="dict", default={}),
+                running=dict(type="dict"),
+                spec=dict(type="dict"),
             )),
         ),
         supports_check_mode=True,
@@ -1142,11 +908,25 @@ def main():
     if refused:
         module.fail_json(msg="refused: " + " ".join(refused), errors=refused)
     params = dict(module.params, _check_mode=module.check_mode)
+    timer = module.params["audit_timer"]
+    if timer and not timer["spec"]:
+        timer = None  # nothing to install from (the module run without its action plugin)
+    if timer and not timer["install"]:
+        params["_timer_findings"] = [finding("timer.differs", "the audit timer is not as the role installs it: %s"
+                                             % "; ".join(found)) for found in [differences(timer, module.run_command)]
+                                     if found]
     try:
         result = probe(params, check_mode=module.check_mode, run_command=module.run_command,
                        which=module.get_bin_path)
     except OSError as exc:
         module.fail_json(msg="could not write the textfile: %s" % exc)
+    result["audit_timer"] = None
+    if timer and timer["install"] and result["compliant"] and not result.get("errors"):
+        try:
+            result["audit_timer"] = install(timer, module.check_mode, module.run_command)
+        except OSError as exc:
+            module.fail_json(msg="the audit timer could not be installed: %s" % exc, **result)
+        result["changed"] = result["changed"] or result["audit_timer"]["changed"]
     if result.get("errors"):
         module.fail_json(msg="; ".join(result["errors"]), errors=result["errors"])
     result.pop("errors", None)

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional
 
 from ansible_collections.fleetops.sglang.plugins.module_utils._reasons import (
-    RELEASE_STAGING, finding, release_not_pinned, texts,
+    PROBE_ONLY, finding, release_not_pinned, texts,
 )
 # A row's mode is the run's, in the one vocabulary of _runmode.
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import run_mode
@@ -127,7 +127,7 @@ def remediation_row(
     result after a restart this run; ``live_metrics``: the gate's accept length and
     throughput; ``probe_live``: the probe's reading of the server that ran before
     this run; ``probe_reasons``: the probe's findings, whose staged-release ones (the link, the seal,
-    drift of the closure) an audit or check-mode row carries, no later task re-reading them;
+    drift of the closure) and audit timer's an audit or check-mode row carries, no later task re-reading them;
     ``parse``: sglang_server_flags' result (its resolution). A task that did not run passes
     None (or its skipped result). ``restarted``: the one "restart needed" fact the
     restart transaction acted on. ``out_at``, ``back_at``: when the host left rotation and came
@@ -175,7 +175,7 @@ def remediation_row(
         drift.append(finding("server.differs", "running server differs from the files"))
     drift += list(_result(live).get("reasons") or [])
     if dry:
-        drift += [r for r in (probe_reasons or []) if _result(r).get("code") in RELEASE_STAGING]
+        drift += [r for r in (probe_reasons or []) if _result(r).get("code") in PROBE_ONLY]
     if rollback_run:
         # The rollback is held to nothing but what it put back: its own error is the finding.
         drift = []

@@ -14,6 +14,7 @@ another class (or to running_server) without a test noticing. These tests hold:
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import re
 import sys
@@ -37,7 +38,7 @@ CLASS_CODES = {
     "release": "release.not_installed release.not_pinned release.not_staged release.not_sealed release.drift",
     "source": "source.unpatched source.restore_needed source.refused source.unreadable",
     "draft_config": "draft.ids_differ draft.missing draft.unreadable draft.view_stale",
-    "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry",
+    "service_files": "unit.differs environment.differs api_keys.differs files.differs files.unreadable files.bad_entry timer.differs",
     "running_server": "server.differs server.fingerprint_differs server.fingerprint_unreadable server.not_recorded "
                       "server.inactive",
     "live_settings": "live.settings_differ live.test_double",
@@ -137,8 +138,8 @@ def test_one_finding_is_worded_one_way():
     row = ROWS.remediation_row("h", "0.5.9", fix={"release": "0.5.8", "compliant": True})
     assert row["drift"] == [REASONS.release_not_pinned("0.5.8", "0.5.9")]
     assert row["drift"][0] == {"code": "release.not_pinned", "text": "sglang 0.5.8 installed, 0.5.9 pinned"}
-    probe = _load_module("sglang_probe")
-    assert "release_not_pinned(" in (MODULES / "sglang_probe.py").read_text()
+    probe = importlib.import_module("ansible_collections.fleetops.sglang.plugins.module_utils._probe")
+    assert "release_not_pinned(" in (MODULES.parent / "module_utils" / "_probe.py").read_text()
     assert probe.release_not_pinned is REASONS.release_not_pinned
 
 

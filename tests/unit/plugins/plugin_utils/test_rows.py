@@ -196,3 +196,16 @@ def test_time_out_of_rotation_and_restart_to_healthy():
     assert still_out["out_of_rotation_s"] is None and still_out["restart_to_healthy_s"] is None
     assert still_out["left_rotation_at"] == "2026-12-05T10:00:00+00:00" and still_out["back_in_rotation_at"] is None
     assert build()["out_of_rotation_s"] is None
+
+
+def test_a_dry_rows_carries_the_findings_only_the_probe_makes_and_no_other():
+    """The audit timer's finding and the staged release's reach an audit's row from the probe, where no later task
+    reads them again; the probe's other findings come from the tasks that re-read them, once."""
+    timer = {"code": "timer.differs", "text": "the audit timer is not as the role installs it: sglang-audit.timer "
+             "is-active: inactive"}
+    seal = {"code": "release.not_sealed", "text": "sealed as nothing"}
+    other = {"code": "unit.differs", "text": "unit differs from the rendered one"}
+    fix = {"release": "0.5.9", "compliant": True}
+    for audit in (True, False):
+        row = R.remediation_row("h", "0.5.9", fix=fix, probe_reasons=[timer, seal, other], audit=audit)
+        assert row["drift"] == ([timer, seal] if audit else []), row["drift"]
