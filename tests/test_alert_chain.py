@@ -25,7 +25,9 @@ def test_the_test_copy_moves_only_the_durations_and_the_staleness_threshold():
     changes = alert_chain.rule_changes(SHIPPED, alert_chain.rules_for_test(SHIPPED))
     assert {(rule, field) for rule, field, _, _ in changes} == (
         {(r["alert"], "for") for g in SHIPPED["groups"] for r in g["rules"]}
-        | {("SGLangRemediationTextfileStale", "expr")})
+        | {("SGLangRemediationTextfileStale", "expr"), ("SGLangAuditTimerStale", "expr")})
+    timer = [c for c in changes if c[:2] == ("SGLangAuditTimerStale", "expr")][0]
+    assert timer[3] == timer[2].replace(" + 300", "") != timer[2]
     assert ("SGLangRemediationTextfileStale", "expr",
             "time() - sglang_remediation_last_run_timestamp_seconds > 3600",
             "time() - sglang_remediation_last_run_timestamp_seconds > 10") in changes

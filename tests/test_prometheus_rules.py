@@ -22,7 +22,7 @@ RULES_TEST = REPO / "examples" / "prometheus" / "alerts_test.yml"
 def test_promtool_check_rules(promtool):
     proc = promtool("check", "rules", str(RULES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 6 rules found" in proc.stdout
+    assert "SUCCESS: 9 rules found" in proc.stdout
 
 
 def test_promtool_test_rules(promtool):
@@ -47,3 +47,20 @@ def test_every_alert_has_a_test_and_uses_metrics_the_textfile_writes():
     written = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     used = {m for r in rules for m in re.findall(r"\b(sglang_remediation_\w+)", r["expr"])}
     assert used and used <= written, used - written
+    timer_used = {m for r in rules for m in re.findall(r"\b(sglang_audit_timer_\w+)", r["expr"])}
+    from ansible_collections.fleetops.sglang.plugins.module_utils import _hostaudit
+    beat = _hostaudit.heartbeat({"now": 1.0, "outcome": "audited", "cpu_seconds": 0.5, "interval": 900, "jitter": 120})
+    assert timer_used and timer_used <= set(re.findall(r"^# TYPE (\S+) ", beat, re.M)), timer_used
+
+
+def test_every_alert_has_a_runbook_in_the_guide_and_a_summary_that_says_what_to_run():
+    guide = (REPO / "docs" / "docsite" / "rst" / "guide_live_metrics.rst").read_text()
+    lines = guide.splitlines()
+    # A section title is a line followed by its underline; GitHub anchors it by its lowercased text.
+    titles = {lines[i].strip().lower() for i in range(len(lines) - 1)
+              if lines[i].strip() and set(lines[i + 1].strip()) <= set("=-~^") and len(lines[i + 1].strip()) >= 3}
+    base = "https://github.com/fleetops/sglang-remediation/blob/main/docs/docsite/rst/guide_live_metrics.rst#"
+    for rule in (r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]):
+        url = rule["annotations"]["runbook_url"]
+        assert url == base + rule["alert"].lower() and rule["alert"].lower() in titles, rule["alert"]
+        assert "; run " in rule["annotations"]["summary"], rule["alert"]
