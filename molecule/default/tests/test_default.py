@@ -191,8 +191,11 @@ def test_a_token_reaches_only_the_0600_environment_file(host):
         assert "forward: not executed (state=audit)" in runs["remediate --diff -v"].output
         # The replaced file (the demo token) was kept in the run's change set, 0600 root's under
         # the state dir, not next to the live one.
-        # (Beside it, the draft view the server reads: a directory of the role's own.)
-        assert host.run("ls /etc/sglang").stdout.split() == ["sglang.draft", "sglang.env"]
+        # (Beside it, the draft view the server reads, a directory of the role's own, and the spec of the host's
+        # audit timer, which names the environment file but holds none of it.)
+        assert host.run("ls /etc/sglang").stdout.split() == ["sglang.audit.json", "sglang.draft", "sglang.env"]
+        assert "hf_demo_not_a_real_token" not in host.file("/etc/sglang/sglang.audit.json").content_string
+        assert token not in host.file("/etc/sglang/sglang.audit.json").content_string
         kept = host.run("grep -rlsF hf_demo_not_a_real_token %s | xargs -r stat -c '%%a %%U %%n'"
                         % CHANGES).stdout.splitlines()
         assert kept and all(line.startswith("600 root %s/" % CHANGES) for line in kept), kept

@@ -56,10 +56,13 @@ SHIPPED_RULES = PROJECT / "examples" / "prometheus" / "alerts.yml"
 GUIDE = PROJECT / "docs" / "docsite" / "rst" / "guide_live_metrics.rst"
 SHOT = PROJECT / ".cache" / "prometheus" / "shots" / "alert-firing.png"
 ACCEPT_ALERT = "SGLangLiveAcceptLengthLow"
+TIMER_STALE_EXPR = ("time() - sglang_audit_timer_last_run_timestamp_seconds\n  > 2 * (sglang_audit_timer_interval_seconds"
+                    " + sglang_audit_timer_jitter_seconds) + 300")
 # Each series of the textfile and the labels the guide documents for it (Prometheus adds job
 # and instance).
 DOCUMENTED_LABELS = {
     "sglang_remediation_accept_length_min": set(),
+    "sglang_remediation_audit_timer": set(),
     "sglang_remediation_compliant": set(),
     "sglang_remediation_failure": {"class"},
     "sglang_remediation_info": {"release", "decision", "family", "draft_ids", "mode"},
@@ -226,13 +229,17 @@ def test_the_test_rules_differ_from_the_shipped_ones_only_where_said():
          "time() - sglang_remediation_last_run_timestamp_seconds > 3600",
          "time() - sglang_remediation_last_run_timestamp_seconds > %d" % alert_chain.TEST_STALE_AFTER_S),
         ("SGLangRemediationTextfileStale", "for", "5m", short),
+        ("SGLangAuditTimerStale", "expr", TIMER_STALE_EXPR, TIMER_STALE_EXPR.replace(" + 300", "")),
+        ("SGLangAuditTimerStale", "for", "10m", short),
+        ("SGLangAuditTimerFailing", "for", "15m", short),
+        ("SGLangAuditTimerMissing", "for", "1h", short),
         ("SGLangSpecAcceptLengthLow", "for", "15m", short),
     ]
 
 
 def test_prometheus_scrapes_the_textfile_with_the_documented_labels(host, prometheus):
     loaded = [r for g in prometheus.get("/api/v1/rules")["groups"] for r in g["rules"]]
-    assert len(loaded) == 6 and all(r["type"] == "alerting" and r["duration"] == 2 for r in loaded), loaded
+    assert len(loaded) == 9 and all(r["type"] == "alerting" and r["duration"] == 2 for r in loaded), loaded
     text = host.file(TEXTFILE).content_string
     want = samples(text)
     last_run = want[("sglang_remediation_last_run_timestamp_seconds", ())]
@@ -301,8 +308,10 @@ def test_the_accept_length_alert_fires_on_the_degraded_host(prometheus):
     alert = alerts[0]
     assert alert["labels"]["source"] == "probe" and alert["labels"]["severity"] == "critical", alert
     assert float(alert["value"]) < 2.0
-    assert alert["annotations"]["summary"] == "%s: speculative decoding accepts %.2f tokens per step" % (
+    summary = "%s: speculative decoding accepts %.2f tokens per step; run playbooks/audit.yml --limit on it" % (
         prometheus.target, float(alert["value"]))
+    assert alert["annotations"]["summary"] == summary
+    assert alert["annotations"]["runbook_url"].endswith("guide_live_metrics.rst#sglangliveacceptlengthlow")
     # The page an on-call engineer opens: Debian's build serves Prometheus's classic UI, rendered
     # by the server, each rule a row coloured by its state; a click on the row shows its alerts.
     page = urllib.request.urlopen(prometheus.url + "/classic/alerts", timeout=10).read().decode()
@@ -363,14 +372,6 @@ def test_a_textfile_no_run_rewrites_fires_the_staleness_alert(host, prometheus):
     assert alerts[0]["labels"]["severity"] == "warning"
 
 
-def test_prometheus_stops_and_leaves_nothing_behind(prometheus):
-    data = Path(prometheus.tmp.name)
-    prometheus.stop()
-    assert prometheus.proc.returncode is not None and not data.exists()
-    with pytest.raises(OSError):
-        urllib.request.urlopen(prometheus.url + "/-/ready", timeout=5)
-
-
 def test_check_mode_writes_no_textfile(host):
     host.check_output("rm -f %s" % TEXTFILE)
     state_before = host.file(METRICS_STATE).mtime
@@ -403,3 +404,151 @@ def test_a_runtime_override_with_other_flags_is_found_live(host):
     assert any('speculative_num_steps="3"' in k for k in s if k.startswith("sglang_remediation_live_info"))
     assert {path: sha256(host, path) for path in ETC_FILES} == before
     (ARTIFACTS / "audit-override-row.json").write_text(json.dumps(row, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- the host's own audit timer
+TIMER_VARS = ["-e", "sglang_audit_timer_interval=5", "-e", "sglang_audit_timer_jitter=2"]  # TIMER_INTERVAL_S, ..._JITTER_S
+HEARTBEAT = "/var/lib/prometheus/node-exporter/sglang_remediation_audit_timer.prom"
+TIMER_UNIT = "sglang-audit.timer"
+# One interval and its jitter until a run starts (asserted from the run's own start time); the run itself may take
+# long on a busy test machine (the service runs at Nice=19 and idle I/O), so the wait for its end is longer.
+TIMER_INTERVAL_S, TIMER_JITTER_S = 5, 2
+TIMER_WAIT_S = 120
+
+
+def heartbeat(host) -> Dict[str, float]:
+    res = host.run("cat %s" % HEARTBEAT)
+    if res.rc != 0:
+        return {}
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in res.stdout.splitlines() if line and not line.startswith("#")}
+
+
+def next_timer_run(host, after: float, outcome: str) -> Dict[str, float]:
+    """The timer's textfile once a run newer than ``after`` wrote it with ``outcome``."""
+    def ran():
+        beat = heartbeat(host)
+        return beat if beat.get("sglang_audit_timer_last_run_timestamp_seconds", 0) > after and \
+            beat.get('sglang_audit_timer_outcome{outcome="%s"}' % outcome) == 1 else None
+    beat = wait_until(ran, TIMER_WAIT_S, "a run of %s with outcome %s" % (TIMER_UNIT, outcome))
+    # A tick every interval, each up to the jitter late (and the clock's second): a run started within that.
+    assert beat["sglang_audit_timer_last_run_timestamp_seconds"] - after <= TIMER_INTERVAL_S + TIMER_JITTER_S + 1.5, (
+        beat, after)
+    return beat
+
+
+def test_the_timer_is_installed_and_audits_the_host_without_restarting_it(host):
+    # Put the runtime override of the test above away by hand (a restart on the unit's own flags), then a
+    # remediation with a timer of seconds: the host is compliant, so the probe installs it in its one call.
+    host.check_output("rm -f %s && systemctl daemon-reload && systemctl restart sglang" % DROP_IN)
+    wait_healthy(host)
+    STATE["timer_starts"] = starts(host)
+    result, row = run(REMEDIATE, "remediate-timer", args=TIMER_VARS)
+    assert result.rc == 0 and row["compliant"] is True, result.tail()
+    assert result.changed() == 1, result.tail()
+    assert host.service(TIMER_UNIT).is_enabled and host.service(TIMER_UNIT).is_running
+    unit = host.file("/etc/systemd/system/sglang-audit.service").content_string
+    assert "ExecStart=/usr/bin/python3 -I /usr/local/lib/fleetops-sglang/sglang-audit.pyz /etc/sglang/sglang.audit.json" \
+        in unit
+    spec = host.file("/etc/sglang/sglang.audit.json")
+    assert spec.mode == 0o600 and "hf_live_token_never_in_argv" not in spec.content_string
+    installed_at = time.time()
+    beat = next_timer_run(host, installed_at, "audited")
+    STATE["timer_cpu_s"] = beat["sglang_audit_timer_cpu_seconds"]
+    record("timer_cpu_milliseconds_per_run", 1000 * beat["sglang_audit_timer_cpu_seconds"])
+    assert 0 < beat["sglang_audit_timer_cpu_seconds"] < 10, beat
+    assert beat["sglang_audit_timer_interval_seconds"] == 5 and beat["sglang_audit_timer_jitter_seconds"] == 2
+    s = textfile(host, "after-timer")
+    assert s["sglang_remediation_compliant"] == 1 and s["sglang_remediation_audit_timer"] == 1
+    assert any('mode="timer"' in k for k in s if k.startswith("sglang_remediation_info")), s
+    assert 3.2 <= s['sglang_remediation_live_accept_length{source="probe"}'] <= 3.7
+    # What the service ran as, and what it said.
+    journal = host.check_output("journalctl -u sglang-audit.service --no-pager -o cat")
+    assert "audited: compliant" in journal, journal
+    show = host.check_output("systemctl show sglang-audit.service -p User -p CapabilityBoundingSet -p ProtectSystem"
+                             " -p NoNewPrivileges -p ReadWritePaths")
+    assert "ProtectSystem=strict" in show and "NoNewPrivileges=yes" in show, show
+    assert "ReadWritePaths=/var/lib/prometheus/node-exporter" in show, show
+    assert starts(host) == STATE["timer_starts"]
+
+
+def test_a_timer_run_while_a_remediation_holds_the_lease_skips_and_says_so(host):
+    before = textfile(host, "before-lease")["sglang_remediation_last_run_timestamp_seconds"]
+    now = time.time()
+    lease = {"run_id": "controller-4242-1", "controller": "controller", "user": "sre", "pid": 4242,
+             "started": now, "taken_at": now, "heartbeat": now}
+    host.check_output("printf '%%s' %s > /var/lib/sglang-remediation/lease.json" % _quote(json.dumps(lease)))
+    try:
+        next_timer_run(host, now, "skipped")
+        journal = host.check_output("journalctl -u sglang-audit.service --no-pager -o cat --since=-30s")
+        assert "skipped: a remediation run holds this host's lease (run controller-4242-1" in journal, journal
+        # Nothing written but its own textfile.
+        assert textfile(host, "during-lease")["sglang_remediation_last_run_timestamp_seconds"] == before
+    finally:
+        host.check_output("rm -f /var/lib/sglang-remediation/lease.json")
+    next_timer_run(host, time.time(), "audited")
+    assert starts(host) == STATE["timer_starts"]
+
+
+def test_a_stopped_timer_fires_its_own_alert_not_the_drift_alerts(host, prometheus):
+    host.check_output("systemctl stop %s" % TIMER_UNIT)
+    stopped = time.time()
+    try:
+        def firing():
+            return [a for a in prometheus.alerts("SGLangAuditTimerStale") if a["state"] == "firing"]
+        alerts = wait_until(firing, 2 * (5 + 2) + 40, "SGLangAuditTimerStale firing for %s" % prometheus.target)
+        record("timer_stopped_to_stale_firing_s", time.time() - stopped)
+        assert alerts[0]["labels"]["severity"] == "warning"
+        assert alerts[0]["annotations"]["runbook_url"].endswith("#sglangaudittimerstale")
+        # The host itself is fine: no drift alert.
+        for name in ("SGLangHostNonCompliant", ACCEPT_ALERT, "SGLangLiveSettingsDiffer", "SGLangAuditTimerFailing"):
+            assert prometheus.alerts(name) == [], name
+        # A controller's audit says what differs (the probe's timer.differs), and changes nothing.
+        result, row = run(AUDIT, "audit-timer-stopped")
+        assert result.rc != 0 and row["compliant"] is False, result.tail()
+        assert [d["code"] for d in row["drift"]] == ["timer.differs"], row["drift"]
+        assert "sglang-audit.timer is-active: inactive" in row["drift"][0]["text"], row["drift"]
+        assert host.run("systemctl is-active %s" % TIMER_UNIT).stdout.strip() == "inactive"
+    finally:
+        host.check_output("systemctl start %s" % TIMER_UNIT)
+    next_timer_run(host, time.time(), "audited")
+    for name in ("SGLangAuditTimerStale", "SGLangHostNonCompliant"):
+        wait_until(lambda: prometheus.alerts(name) == [], 30, "%s resolved" % name)
+    assert starts(host) == STATE["timer_starts"]
+
+
+def test_another_release_installed_by_hand_is_reported_by_the_timer_and_fires_the_alert(host, prometheus):
+    """A pip install into the venv that serves: the timer says so within an interval and its jitter, the real
+    Prometheus fires the compliance alert, and nothing restarts (the server runs on, on what it loaded)."""
+    # The venv's Python is the system's (sglang_python); root may not start the venv's with -c (the test bed's tripwire).
+    python = host.check_output("python3 -c 'import sys; print(\"cp%d%d\" % sys.version_info[:2])'")
+    wheel = next(PROJECT.glob(".cache/wheelhouse/sglang-0.5.12.post1-%s-*.whl" % python))
+    subprocess.run(["docker", "cp", str(wheel), "%s:/tmp/%s" % (host.backend.host, wheel.name)], check=True,
+                   timeout=60)
+    # pip as a person runs it (python -m pip: the test bed's tripwire stops only what the role's checks would start).
+    host.check_output("/opt/sglang/venv/bin/python -m pip install --quiet --no-deps --no-index /tmp/%s" % wheel.name)
+    installed = time.time()
+    beat = next_timer_run(host, installed, "audited")
+    record("pip_install_to_timer_textfile_s", beat["sglang_audit_timer_last_run_timestamp_seconds"] - installed)
+    s = textfile(host, "after-pip-install")
+    assert s["sglang_remediation_compliant"] == 0 and s['sglang_remediation_failure{class="release"}'] == 1, s
+    assert any('release="0.5.12.post1"' in k and 'mode="timer"' in k for k in s), s
+    journal = host.check_output("journalctl -u sglang-audit.service --no-pager -o cat --since=-30s")
+    assert "not compliant: sglang 0.5.12.post1 installed, 0.5.9 pinned" in journal, journal
+
+    def firing():
+        return [a for a in prometheus.alerts("SGLangHostNonCompliant") if a["state"] == "firing"]
+    alerts = wait_until(firing, 60, "SGLangHostNonCompliant firing for %s" % prometheus.target)
+    record("pip_install_to_noncompliant_firing_s", time.time() - installed)
+    assert alerts[0]["annotations"]["runbook_url"].endswith("#sglanghostnoncompliant")
+    # The timer reports; only a remediation changes: no restart, the release left as the hand put it.
+    assert starts(host) == STATE["timer_starts"]
+    assert "0.5.12.post1" in host.check_output("/opt/sglang/venv/bin/python -m pip show sglang")
+
+
+def test_prometheus_stops_and_leaves_nothing_behind(prometheus):
+    data = Path(prometheus.tmp.name)
+    prometheus.stop()
+    assert prometheus.proc.returncode is not None and not data.exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(prometheus.url + "/-/ready", timeout=5)
