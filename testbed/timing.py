@@ -32,6 +32,14 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 # The suite warns (it does not fail: these machines are shared and noisy) above this.
 WARN_SECONDS = 60 * 60
+# ... and stops itself here, well before CI's hard limit of 90 minutes, so that an over-long run
+# ends its jobs, removes its containers and prints where its time went instead of being killed
+# with nothing said (scripts/test: SGLANG_TEST_STOP_AFTER overrides it, in seconds).
+STOP_SECONDS = 75 * 60
+# A step still running at the stop gets SIGTERM, then SIGKILL after this many seconds.
+STOP_GRACE_SECONDS = 20
+# The exit code of a step ended (or never started) by the stop, as timeout(1) has it.
+STOPPED_RC = 124
 # The budget the tests guide (docs/docsite/rst/guide_tests.rst) states for a cold run from a fresh clone, on CI.
 BUDGET_SECONDS = 45 * 60
 
@@ -39,26 +47,74 @@ BUDGET_SECONDS = 45 * 60
 # --------------------------------------------------------------------------- steps
 
 
-def run_step(name: str, argv: List[str], steps_file: Path) -> int:
-    """Run ``argv`` to its end and append its wall time and its tree's CPU to ``steps_file``."""
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_step(name: str, argv: List[str], steps_file: Path, stop_at: Optional[float] = None,
+             grace: float = STOP_GRACE_SECONDS) -> int:
+    """Run ``argv`` to its end and append its wall time and its tree's CPU to ``steps_file``.
+
+    With ``stop_at`` (seconds since the epoch), a step still running then is ended: SIGTERM to
+    its whole process group, SIGKILL after ``grace`` seconds; one whose turn comes after it is
+    not started. Either way it is recorded with rc 124 and ``"stopped": true``.
+    """
     started = time.time()
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv)
-    # The parent's SIGINT/SIGTERM reach the child through the process group; wait for it.
-    while True:
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-            break
-        except InterruptedError:
-            continue
+    record = {"name": name, "started": round(started, 3)}
+    if stop_at is not None and started >= stop_at:
+        record.update(wall=0.0, cpu=0.0, rc=STOPPED_RC, stopped=True)
+        _append(steps_file, record)
+        return STOPPED_RC
+    # Its own process group, so that the stop reaches every process of the step (molecule's
+    # ansible-playbook, pytest's children) and nothing else; the signals that stop the suite
+    # itself are passed on to it.
+    proc = subprocess.Popen(argv, start_new_session=True)
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[sig] = signal.signal(sig, lambda signum, _frame: _signal_group(proc.pid, signum))
+    stopped = False
+    killed_at: Optional[float] = None
+    try:
+        while True:
+            try:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG if stop_at is not None else 0)
+            except InterruptedError:
+                continue
+            if pid:
+                break
+            now = time.time()
+            if now >= stop_at and not stopped:
+                stopped = True
+                killed_at = now + grace
+                _signal_group(proc.pid, signal.SIGTERM)
+            elif stopped and killed_at is not None and now >= killed_at:
+                _signal_group(proc.pid, signal.SIGKILL)
+                killed_at = None
+            time.sleep(0.5 if not stopped else 0.1)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stopped:
+        _signal_group(proc.pid, signal.SIGKILL)  # what outlived its leader
     wall = time.monotonic() - t0
     rc = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
-    record = {"name": name, "started": round(started, 3), "wall": round(wall, 3),
-              "cpu": round(usage.ru_utime + usage.ru_stime, 3), "rc": rc}
+    if stopped:
+        rc = STOPPED_RC
+    record.update(wall=round(wall, 3), cpu=round(usage.ru_utime + usage.ru_stime, 3), rc=rc)
+    if stopped:
+        record["stopped"] = True
+    _append(steps_file, record)
+    return rc
+
+
+def _append(steps_file: Path, record: Dict) -> None:
     steps_file.parent.mkdir(parents=True, exist_ok=True)
     with open(steps_file, "a") as fh:
         fh.write(json.dumps(record) + "\n")
-    return rc
 
 
 def read_steps(steps_file: Path) -> List[Dict]:
@@ -256,8 +312,9 @@ def table(steps: List[Dict], containers: Dict[str, float], prefix: str, total_wa
         cont = containers_of(s["name"], containers, prefix, owners)
         cpu_own += s["cpu"]
         cpu_cont += cont
+        rc = "%s (stopped)" % s["rc"] if s.get("stopped") else s["rc"]
         lines.append("| %s | %s | %s | %s | %s | %s |" % (s["name"], fmt(s["started"] - t0), fmt(s["wall"]),
-                                                         fmt(s["cpu"]), fmt(cont), s["rc"]))
+                                                         fmt(s["cpu"]), fmt(cont), rc))
     for name, cpu in containers.items():
         if any(containers_of(s["name"], {name: cpu}, prefix, owners) for s in steps):
             claimed.add(name)
@@ -281,13 +338,23 @@ def table(steps: List[Dict], containers: Dict[str, float], prefix: str, total_wa
     return "\n".join(lines)
 
 
-def verdict(total_wall: float) -> List[str]:
+def verdict(total_wall: float, steps: Optional[List[Dict]] = None) -> List[str]:
     out = ["suite wall time %ds (%.1f min); budget for a cold run from a fresh clone: %d min"
            % (total_wall, total_wall / 60, BUDGET_SECONDS // 60)]
+    stopped = [s["name"] for s in steps or [] if s.get("stopped")]
+    if stopped:
+        out.append("STOPPED: the suite reached its time limit (SGLANG_TEST_STOP_AFTER, default %d min) and ended "
+                   "or never started %d step(s): %s. The table above says where the time went."
+                   % (STOP_SECONDS // 60, len(stopped), ", ".join(stopped)))
     if total_wall > WARN_SECONDS:
         out.append("WARNING: the suite took more than %d minutes: CI stops a run at 90 minutes. "
                    "Find the step that grew in the table above." % (WARN_SECONDS // 60))
     return out
+
+
+def _env_float(name: str) -> Optional[float]:
+    value = os.environ.get(name)
+    return float(value) if value else None
 
 
 def main(argv: Optional[Iterable[str]] = None) -> int:
@@ -295,6 +362,8 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_run = sub.add_parser("run", help="run a step and record its wall time and CPU")
     p_run.add_argument("--steps", type=Path, required=True)
+    p_run.add_argument("--stop-at", type=float, default=_env_float("SGLANG_TEST_STOP_AT"),
+                       help="seconds since the epoch at which the step is ended (default: $SGLANG_TEST_STOP_AT)")
     p_run.add_argument("name")
     p_run.add_argument("argv", nargs=argparse.REMAINDER)
     p_sample = sub.add_parser("sample", help="poll the containers' CPU until killed")
@@ -312,7 +381,7 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
         cmd = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not cmd:
             parser.error("run needs a command after --")
-        return run_step(args.name, cmd, args.steps)
+        return run_step(args.name, cmd, args.steps, stop_at=args.stop_at)
     if args.cmd == "sample":
         sample(args.out, args.interval)
         return 0
@@ -322,7 +391,7 @@ def main(argv: Optional[Iterable[str]] = None) -> int:
     if steps:
         t0 = min(s["started"] for s in steps)
         wall = args.total_wall if args.total_wall is not None else max(s["started"] + s["wall"] for s in steps) - t0
-        for line in verdict(wall):
+        for line in verdict(wall, steps):
             print(line)
     return 0
 
