@@ -187,6 +187,20 @@ class Double:
             time.sleep(0.05)
         raise AssertionError("double never became healthy:\n" + self.output())
 
+    def wait_logged(self, text: str, timeout: float = 15) -> str:
+        """Its output once it holds ``text``: the line a code path logs proves the double got there, where
+        a sleep would only guess (it fails, with the output, if the double exits or never logs it)."""
+        deadline = time.time() + timeout
+        while True:
+            exited = self.proc.poll() is not None  # before the read: an exit's last lines are in it
+            out = self.output()
+            if text in out:
+                return out
+            assert not exited, "exited before logging %r:\n%s" % (text, out)
+            if time.time() >= deadline:
+                raise AssertionError("never logged %r within %ss:\n%s" % (text, timeout, out))
+            time.sleep(0.05)
+
     def output(self) -> str:
         if not self._fh.closed:
             self._fh.flush()

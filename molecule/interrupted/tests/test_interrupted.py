@@ -140,6 +140,10 @@ def test_run_killed_after_the_restart_before_the_record(host, tmp_path):
     assert "--speculative-num-steps 7" in host.file(UNIT).content_string
     # The killed run's server becomes healthy on its own; count that start first.
     wait_until(lambda: starts(host) == 3, 120, "the killed run's server to come up", 2)
+    # Healthy now, and no module of the killed run left on the host that could still record it: what the
+    # record says now is what it will say.
+    survivors = host.run("pgrep -af '^/usr/bin/python3$'")
+    assert survivors.rc == 1, "a module of the killed run outlived the kill: %s" % survivors.stdout
     assert _mtime(host, RUNNING) == recorded, "the killed run's gate recorded the start after all"
     _state["killed_pid"] = _main_pid(host)
 

@@ -208,7 +208,7 @@ def test_a_failing_host_stops_its_slice_only_and_the_merge_says_which():
     assert rcs == [0, 2, 0, 0], [OPERATOR.log(n)[-3000:] for n in names]
     starts = new_starts(before)
     stopped = [h for h in parts[1] if h != FAILING]
-    assert all(not starts[h] for h in stopped), starts
+    assert stopped and all(not starts[h] for h in stopped), (stopped, starts)
     assert all(len(starts[h]) == 1 for p in (parts[0], parts[2], parts[3]) for h in p), starts
     # The failed host is back on what it served (15 steps), and serving.
     assert server_info(FAILING)["speculative_num_steps"] == 15

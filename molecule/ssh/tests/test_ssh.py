@@ -94,6 +94,7 @@ def test_converge_over_ssh_and_sudo():
     assert run1.rc == 0, run1.tail(120)
     assert set(run1.recap) == {H1, H2, H3}
     r = rows("converge")
+    assert set(r) == {H1, H2, H3}, r
     assert all(r[h]["status"] == "changed" and r[h]["restarted"] and r[h]["health"] == "ok" for h in r), r
     assert [starts(h) for h in (H1, H2, H3)] == [1, 1, 1]
     # The password of H3's sudo is in neither the output nor the report.

@@ -29,30 +29,57 @@ EXPECTED = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 15, "spe
             "speculative_num_draft_tokens": 16}
 
 
+# How far apart a file's change and a process's start must be for the rules to order them: the start is
+# known to a clock tick and to /proc/uptime's hundredth of a second, a file's ctime to the coarse clock's tick.
+APART = 0.1
+
+
+def past(stamp: float) -> None:
+    """Return once the clock is APART past ``stamp`` (a start or a change after this comes after it)."""
+    deadline = time.monotonic() + 10
+    while time.time() <= stamp + APART:
+        assert time.monotonic() < deadline, "the clock did not pass %s" % stamp
+        time.sleep(0.01)
+
+
+def wait_running(proc: subprocess.Popen, argv) -> float:
+    """Return once /proc shows ``proc`` running ``argv`` (what the rules read), with a time after its start."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if Path("/proc/%d/cmdline" % proc.pid).read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                return time.time()
+        except OSError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "%s never ran %s" % (proc.pid, argv)
+        time.sleep(0.01)
+
+
 @pytest.fixture
 def sleeper(tmp_path):
-    """(process, argv, env file): a process started after its env file and config were written."""
+    """(process, argv, env file, config, seen): a process started after its env file and config were written,
+    running by ``seen``."""
     env_file = tmp_path / "sglang.env"
     env_file.write_text('# managed\nHOME=/var/lib/sglang\nHF_TOKEN="hf_s3cret \\\"q\\\""\nN="3"\n')
     config = tmp_path / "config.json"
     config.write_text("{}")
-    time.sleep(0.05)
+    past(max(env_file.stat().st_ctime, config.stat().st_ctime))
     argv = [sys.executable, "-c", "import time; time.sleep(60)", "--model-path", "/models/x y"]
     proc = subprocess.Popen(argv, env={"HOME": "/var/lib/sglang", "HF_TOKEN": 'hf_s3cret "q"', "N": "3",
                                        "EXTRA": "systemd sets others"})
-    time.sleep(0.3)
-    yield proc, argv, env_file, config
+    seen = wait_running(proc, argv)
+    yield proc, argv, env_file, config, seen
     proc.kill()
     proc.wait()
 
 
 def test_a_process_running_the_rendered_command_and_environment_after_its_files_is_adoptable(sleeper):
-    proc, argv, env_file, config = sleeper
+    proc, argv, env_file, config, _seen = sleeper
     assert A.adoption_blockers(proc.pid, argv, str(env_file), [str(config), "/no/such/file"]) == []
 
 
 def test_another_command_line_environment_or_a_later_change_blocks_it(sleeper, tmp_path):
-    proc, argv, env_file, config = sleeper
+    proc, argv, env_file, config, seen = sleeper
     other = argv[:-1] + ["/models/other"]
     assert A.adoption_blockers(proc.pid, other, str(env_file), []) == [
         "its command line differs from the unit's (5 items running, 5 rendered; item 4 is '/models/x y', "
@@ -61,6 +88,7 @@ def test_another_command_line_environment_or_a_later_change_blocks_it(sleeper, t
     changed.write_text('HF_TOKEN="another-s3cret"\nN=3\n')
     blockers = A.adoption_blockers(proc.pid, argv, str(changed), [])
     assert blockers == ["its environment differs in HF_TOKEN"] and "s3cret" not in " ".join(blockers)
+    past(seen)
     os.utime(str(config))  # a change after the start: ctime moves
     assert A.adoption_blockers(proc.pid, argv, str(env_file), [str(config)]) == [
         "it started before %s changed" % config]
@@ -82,7 +110,7 @@ def test_a_difference_never_shows_a_secret_flags_value(tmp_path, running, render
     argv = [sys.executable, "-c", "import time; time.sleep(60)"] + running
     proc = subprocess.Popen(argv)
     try:
-        time.sleep(0.3)
+        wait_running(proc, argv)
         env_file = tmp_path / "sglang.env"
         env_file.write_text("")
         (blocker,) = A.adoption_blockers(proc.pid, argv[:3] + rendered, str(env_file), [])
@@ -105,7 +133,7 @@ def adoptable(host, tmp_path, run_double, real_059, monkeypatch):
     h.env.write_text('SGLANG_TEST_DOUBLE_STARTUP_DELAY="0.3"\n')
     recorded = json.loads(h.state_file.read_text())["components"]
     h.state_file.unlink()
-    time.sleep(0.05)
+    past(max(p.stat().st_ctime for p in (h.unit, h.env, h.draft)))
     (tmp_path / "srv").mkdir()
     double = remediated_double(tmp_path / "srv", run_double, real_059)
     double.wait_healthy()
