@@ -73,13 +73,17 @@ def accept_length(leader: Any) -> float:
 def test_the_leader_serves_once_every_rank_joined_and_a_follower_only_the_stand_in_routes(replica: Any) -> None:
     addr = "127.0.0.1:%d" % free_port()
     leader = replica(0, 2, addr)
-    leader.wait_listening()
-    time.sleep(1.0)
-    # Alone, the leader never loads: its peer has not joined.
-    assert http(leader.port, "/health")[0] == 503
+    # Alone, the leader never loads: it waits at the rendezvous for its peer, its port closed ...
+    leader.wait_logged("rank 0 of 2: waiting for 1 rank(s) at %s" % addr)
+    assert leader.proc.poll() is None and not listening(leader)
     follower = replica(1, 2, addr)
     leader.wait_healthy()
     follower.wait_healthy()
+    # ... and loads only once the peer started after that has joined: its own log, in order (the line
+    # follows the health it announces).
+    out = leader.wait_logged("The server is fired up")
+    assert out.index("waiting for 1 rank(s)") < out.index("rank 1 joined (2 of 2)") \
+        < out.index("The server is fired up"), out
     for path in ("/ping", "/health", "/health_generate"):
         assert http(follower.port, path)[0] == 200
     # No API on a rank >= 1: no server info, no generation, no metrics without --enable-metrics.
@@ -94,12 +98,18 @@ def test_the_leader_serves_once_every_rank_joined_and_a_follower_only_the_stand_
 def test_a_follower_serves_nothing_before_its_schedulers_are_ready(replica: Any) -> None:
     addr = "127.0.0.1:%d" % free_port()
     follower = replica(1, 2, addr, extra=["--enable-metrics"])
-    time.sleep(1.5)
+    # At the rendezvous with no leader to meet: alive, and listening on nothing ...
+    follower.wait_logged("rank 1 of 2: joining %s" % addr)
     assert follower.proc.poll() is None and not listening(follower)
     leader = replica(0, 2, addr, extra=["--enable-metrics"])
     follower.wait_healthy()
     assert http(follower.port, "/metrics")[0] == 200
     leader.wait_healthy()
+    # ... and its stand-in routes served only after every rank joined: its own log, in order (the line
+    # follows the routes it announces).
+    out = follower.wait_logged("Dummy health check server started")
+    assert out.index("joining") < out.index("all 2 ranks joined") \
+        < out.index("Dummy health check server started"), out
 
 
 @pytest.mark.parametrize("extra, named", [
@@ -119,9 +129,8 @@ def test_a_rank_given_twice_fails_the_replica(replica: Any) -> None:
     addr = "127.0.0.1:%d" % free_port()
     extra = ["--tp-size", "12"]
     leader = replica(0, 3, addr, extra=extra)
-    leader.wait_listening()
     first = replica(1, 3, addr, extra=extra)
-    time.sleep(1.0)
+    leader.wait_logged("rank 1 joined (2 of 3)")  # the first is in before the second starts
     second = replica(1, 3, addr, extra=extra)
     assert exits(leader) == 1 and exits(first) == 1 and exits(second) == 1
     assert "rank 1 joined twice" in leader.output()

@@ -31,7 +31,13 @@ deterministic: no randomness, same inputs give the same numbers.
 Test-double options come from the ENVIRONMENT, never from flags, so the flag
 surface stays SGLang's:
 
-  SGLANG_TEST_DOUBLE_STARTUP_DELAY   seconds of 503 before healthy (default 2)
+  SGLANG_TEST_DOUBLE_STARTUP_DELAY   seconds of model load before the port opens and
+                                     the server turns healthy (default 2); as in
+                                     SGLang (0.5.9 http_server.launch_server: uvicorn
+                                     starts after _launch_subprocesses returns, the
+                                     model loaded), nothing listens on --port meanwhile
+  SGLANG_TEST_DOUBLE_WARMUP_DELAY    seconds of 503 once the port is open, before the
+                                     warm-up request passes (default 0.5)
   SGLANG_TEST_DOUBLE_FAIL_HEALTH     "1": /health* answers 503 forever (rank 0; the
                                      stand-in server of a rank >= 1 always answers 200,
                                      as SGLang's does)
@@ -122,6 +128,8 @@ from typing import Any, Dict, FrozenSet, List, Optional, Sequence, Tuple
 LOG = logging.getLogger("sglang_test_double")
 
 ENV_STARTUP_DELAY = "SGLANG_TEST_DOUBLE_STARTUP_DELAY"
+ENV_WARMUP_DELAY = "SGLANG_TEST_DOUBLE_WARMUP_DELAY"
+DEFAULT_WARMUP_DELAY = 0.5
 ENV_FAIL_HEALTH = "SGLANG_TEST_DOUBLE_FAIL_HEALTH"
 ENV_SITE_PACKAGES = "SGLANG_TEST_DOUBLE_SITE_PACKAGES"
 ENV_START_LOG = "SGLANG_TEST_DOUBLE_START_LOG"
@@ -1936,6 +1944,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
         LOG.error("%s=1: exiting at once, as a server whose launch fails", ENV_EXIT_AT_START)
         return 1
     delay = env_float(environ, ENV_STARTUP_DELAY, DEFAULT_STARTUP_DELAY)
+    warmup = env_float(environ, ENV_WARMUP_DELAY, DEFAULT_WARMUP_DELAY)
     fail_health = environ.get(ENV_FAIL_HEALTH) == "1"
     trained = parse_trained_layers(environ.get(ENV_TRAINED_LAYERS) or DEFAULT_TRAINED_LAYERS)
     num_layers, arch = target_model_facts(args.model_path)
@@ -1992,15 +2001,11 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop.set())
     server: Optional[ThreadingHTTPServer] = None
-    if not follower:
-        # A rank >= 1 serves nothing until its schedulers are ready (below).
-        try:
-            server = make_server(args.host, args.port, state)
-        except OSError as exc:
-            LOG.error("cannot bind %s:%s: %s", args.host, args.port, exc)
-            return 1
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-        LOG.info("listening on %s:%s (startup delay %.1fs)", args.host, args.port, delay)
+    # No rank listens before its model is loaded (below): SGLang starts uvicorn only once its
+    # schedulers are up, so the port is free for the whole load, and for as long as a server
+    # crash-loops (0.5.9 http_server.launch_server; the dummy health server of a rank >= 1 likewise).
+    LOG.info("loading the model (startup delay %.1fs): nothing listens on %s:%s until it is loaded",
+             delay, args.host, args.port)
 
     def lost() -> bool:
         return replica is not None and replica.lost.is_set()
@@ -2032,9 +2037,30 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
                          "length %.4f", accept)
     # The model load, after the ranks met.
     if code == 0 and not stop.is_set() and not wait(delay):
-        if wiring.fatal:
-            LOG.error("model warmup failed, as SGLang would: %s", wiring.fatal)
-            code = 1
+        if not follower:
+            try:
+                server = make_server(args.host, args.port, state)
+            except OSError as exc:
+                # uvicorn's own words when the port is taken; its startup then exits 1 (SystemExit),
+                # and launch_server.py's finally ends the children, not itself.
+                LOG.error("[Errno %s] error while attempting to bind on address ('%s', %s): %s",
+                          exc.errno, args.host, args.port, (exc.strerror or str(exc)).lower())
+                return 1
+            threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+            LOG.info("Uvicorn running on http://%s:%s (Press CTRL+C to quit)", args.host, args.port)
+        # The warm-up: /model_info polled, then one generation; /health* answer 503 meanwhile
+        # (a stop or a lost peer meanwhile ends it, as below).
+        ended_in_warmup = not follower and wait(warmup)
+        if ended_in_warmup:
+            LOG.info("stopped during the warm-up")
+        elif wiring.fatal:
+            # The warm-up request fails in the model's forward: SGLang logs it and kills its own
+            # process tree, itself included (0.5.9 http_server._execute_server_warmup:
+            # kill_process_tree(os.getpid()) -> psutil's kill, SIGKILL), so systemd sees
+            # status=9/KILL, not an exit code.
+            LOG.error("Initialization failed. warmup error: model warmup failed, as SGLang would: %s", wiring.fatal)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
         elif follower:
             try:
                 server = make_server(args.host, args.port, handler=DummyHandler, enable_metrics=args.enable_metrics)
