@@ -126,6 +126,27 @@ def test_patched_file_carries_the_embedding_capture(host):
     assert host.run("/opt/sglang/venv/bin/python -m py_compile %s" % DEEPSEEK.format(minor=minor)).rc == 0
 
 
+def test_no_deps_copies_and_installs_only_the_sglang_wheel(host):
+    """sglang_pip_no_deps: true (the test bed's, DEMO_VARS): only the pinned SGLang wheels reach the host's
+    wheelhouse, not the controller's whole one (which also holds packaging, the closure image-build locks), and
+    pip resolves none of sglang's dependencies: the serving release holds sglang's dist-info and what the host's
+    python3 -m venv ships (pip, and setuptools on Debian 12), nothing else."""
+    demo = yaml.safe_load(DEMO_VARS.read_text())
+    assert demo["sglang_pip_no_deps"] is True and demo["sglang_install_source"] == "wheelhouse"
+    version = demo["sglang_version"]
+    defaults = yaml.safe_load((PROJECT / "roles" / "sglang" / "defaults" / "main.yml").read_text())
+    pinned = re.compile(r"sglang-%s-.+\.whl" % re.escape(version))
+    # A copy of the whole wheelhouse would show: the controller's holds other wheels than the pinned ones
+    # (scripts/wheelhouse: packaging, other releases).
+    others = [w.name for w in (PROJECT / ".cache" / "wheelhouse").glob("*.whl") if not pinned.fullmatch(w.name)]
+    assert others, "the controller's wheelhouse holds only the pinned wheels: nothing to tell a whole copy by"
+    copied = host.file(defaults["sglang_wheelhouse_remote"]).listdir()
+    assert copied and all(pinned.fullmatch(name) for name in copied), copied
+    site = host.check_output("ls -d /opt/sglang/venv/lib/python3*/site-packages")
+    dists = {name.split("-", 1)[0].lower() for name in host.file(site).listdir() if name.endswith(".dist-info")}
+    assert {"sglang", "pip"} <= dists <= {"sglang", "pip", "setuptools"}, dists
+
+
 def test_draft_config_lists_the_trained_layers(host):
     """The server reads the draft's view: its config.json with the ids, a link to each other file;
     the draft itself is as it arrived from training."""

@@ -414,9 +414,15 @@ def test_the_host_is_left_as_the_contract_says(case):
         assert row["decision"] in ("patch", "native") and row["family"] and row["sha256_before"], row
         assert row["draft_layer_ids"], row
     assert not after["lease"], "the lease was not given back"
-    assert after["textfile"] is None or case.step == "textfile" or (
-        'sglang_remediation_failure{class="error"} 1' in after["textfile"]
-        and "sglang_remediation_compliant 0" in after["textfile"]), after["textfile"]
+    if case.step == "textfile":
+        # Its directory read-only: the write failed and the file is as it was before the run (none on
+        # a fresh host, the converged run's on a converged one).
+        assert after["textfile"] == before["textfile"], (before["textfile"], after["textfile"])
+    else:
+        # Every other failed run went past the probe: its end wrote the textfile, and it says failed.
+        assert after["textfile"] is not None, "%s: no textfile at %s after a failed run" % (name, TEXTFILE)
+        assert 'sglang_remediation_failure{class="error"} 1' in after["textfile"], after["textfile"]
+        assert "sglang_remediation_compliant 0" in after["textfile"], after["textfile"]
     assert after["starts"] - before["starts"] == case.restarts_on_fault, (after["starts"], before["starts"])
     if case.keeps:
         # The undrain hook or the textfile failed after the gates passed: the gated change stands.
@@ -480,7 +486,10 @@ def test_the_host_is_left_as_the_contract_says(case):
     if case.step in CRASH_STEPS:
         # Fail fast: the gate saw the unit leave its running state and stopped waiting within its
         # first attempt, well inside a few restart intervals, naming the exit and the journal's last lines.
-        assert "the server exited with status 1 before" in row["error"], row["error"]
+        # Launch fails with exit status 1; a failed warm-up ends by SGLang's own SIGKILL of itself
+        # (http_server._execute_server_warmup: kill_process_tree(os.getpid())), as the double does.
+        died = "exited with status 1" if case.step == "start" else "killed by signal 9 (SIGKILL)"
+        assert "the server %s before" % died in row["error"], row["error"]
         assert "without waiting out sglang_health_timeout=1800 s" in row["error"], row["error"]
         seen = re.search(r"seen ([0-9.]+) s into attempt (\d+) of the gate", row["error"])
         assert seen and int(seen.group(2)) == 1 and float(seen.group(1)) < 30, row["error"]
@@ -684,12 +693,17 @@ http.server.ThreadingHTTPServer(('127.0.0.1', 8081),
 REMEDIATE = PROJECT / "remediate.yml"
 # Converged hosts no other test uses after the recovery, at their case's clean state (FLAGS).
 LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX = host(23), host(24), host(25), host(28)
+# The host's audit timer of the service "sglang" and what installing it writes besides the timer.
+AUDIT_TIMER = "sglang-audit.timer"
+AUDIT_TIMER_FILES = ("/etc/systemd/system/sglang-audit.timer", "/etc/systemd/system/sglang-audit.service",
+                     "/etc/sglang/sglang.audit.json", "/usr/local/lib/fleetops-sglang/sglang-audit.pyz")
 
 
 def test_documented_switches_the_other_way_do_what_the_guides_say():
     """One run, each host with one switch the other way from its default (guide_inputs.rst):
     sglang_rollback_on_failure=false, sglang_restart_on_change=false with
-    sglang_metrics_textfile=false, sglang_adopt_running=false, sglang_install_source=index."""
+    sglang_metrics_textfile=false, sglang_adopt_running=false with sglang_audit_timer=false,
+    sglang_install_source=index."""
     change = env(SGLANG_TEST_DOUBLE_EXTRA="switches")
     # No recorded healthy start: with sglang_adopt_running (the adopt scenario) the probe would adopt it.
     sh(NO_ADOPT, "rm /var/lib/sglang-remediation/running.json")
@@ -711,12 +725,14 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     sh(FROM_INDEX, "rm -f %s" % INDEX_LOG)
     names = (LEFT, NO_RESTART, NO_ADOPT, FROM_INDEX)
     before = {name: read(name) for name in names}
+    # The recovery installed every host's audit timer (test_without_the_faults_every_host_converges_with_one_restart).
+    assert sh(NO_ADOPT, "systemctl is-active %s" % AUDIT_TIMER) == "active"
     hosts = {
         LEFT: dict(FLAGS, sglang_environment=change, sglang_accept_length_min=8, sglang_rollback_on_failure=False,
                    **HOOKS),
         NO_RESTART: dict(FLAGS, sglang_environment=change, sglang_restart_on_change=False,
                          sglang_metrics_textfile=False),
-        NO_ADOPT: dict(FLAGS, sglang_adopt_running=False),
+        NO_ADOPT: dict(FLAGS, sglang_adopt_running=False, sglang_audit_timer=False),
         FROM_INDEX: dict(FLAGS, sglang_install_source="index",
                          sglang_pip_index_url="http://%s:%s@127.0.0.1:8081/simple" % (INDEX_USER, INDEX_PASSWORD),
                          **UPGRADE),
@@ -757,6 +773,8 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     assert after[NO_RESTART]["pid"] == before[NO_RESTART]["pid"], (after[NO_RESTART]["pid"], before[NO_RESTART]["pid"])
     assert after[NO_RESTART]["starts"] == before[NO_RESTART]["starts"]
     assert after[NO_RESTART]["files"]["/etc/sglang/sglang.env"] != before[NO_RESTART]["files"]["/etc/sglang/sglang.env"]
+    # The file the recovery's probe wrote is there, untouched (a rewrite would change its last-run time).
+    assert before[NO_RESTART]["textfile"] is not None, "no textfile on %s before the run" % NO_RESTART
     assert after[NO_RESTART]["textfile"] == before[NO_RESTART]["textfile"]
 
     # sglang_adopt_running=false: a server with no recorded healthy start is restarted, not adopted.
@@ -764,6 +782,10 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     assert row["status"] == "changed" and row["restarted"] is True and row["compliant"] is True, row
     assert after[NO_ADOPT]["starts"] == before[NO_ADOPT]["starts"] + 1
     assert after[NO_ADOPT]["files"]["/var/lib/sglang-remediation/running.json"] is not None
+    # sglang_audit_timer=false ("false removes it"): the run that left the host compliant stopped and disabled
+    # the timer and removed its units, its spec and its bundle (plugins/module_utils/_hostaudit.py, paths).
+    assert sh(NO_ADOPT, "systemctl is-active %s" % AUDIT_TIMER, check=False) == "inactive"
+    assert sh(NO_ADOPT, "ls %s 2>/dev/null" % " ".join(AUDIT_TIMER_FILES), check=False) == ""
 
     # sglang_install_source=index: the release comes from the index; nothing is copied to the host's wheelhouse.
     row = r[FROM_INDEX]

@@ -194,6 +194,14 @@ def test_systemd_expands_nothing_in_the_servers_arguments(host):
     argv = host.check_output("tr '\\0' '\\n' < /proc/%s/cmdline" % pid).splitlines()
     assert argv[argv.index("--served-model-name") + 1] == "deepseek-v3-${HF_TOKEN}", argv
     assert not any(token in arg for arg in argv), argv
+    # sglang_enable_metrics: true (live.yml): the flag reaches the server, which then serves SGLang's own
+    # metrics on its /metrics (read from the host's loopback), the model name as given there too.
+    assert live["sglang_enable_metrics"] is True and "--enable-metrics" in argv, argv
+    metrics = host.check_output("python3 -c %s" % _quote(
+        "import urllib.request;"
+        "print(urllib.request.urlopen('http://127.0.0.1:30000/metrics', timeout=30).read().decode())"))
+    assert 'sglang:spec_accept_length{model_name="deepseek-v3-${HF_TOKEN}"}' in metrics, metrics
+    assert token not in metrics
     environ = host.check_output("tr '\\0' '\\n' < /proc/%s/environ" % pid).splitlines()
     assert "HF_TOKEN=%s" % token in environ
     info = server_info(host)
