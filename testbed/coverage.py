@@ -23,6 +23,19 @@ it is printed with its message as never ran. A failure raised by evaluating a
 condition or templating the task (an undefined variable, a broken ``when``) never
 counts, listed or not, and cannot be excused.
 
+Executed means executed: the callback counts apart the results that were only "checked"
+-- the task's effective check mode was on (``--check``, ``check_mode: true``, the
+configure templates' ``check_mode`` templated true in an audit) or the run was an audit
+(``sglang_audit`` true) -- from those that ran. A task ran when it returned ok at least
+once outside check mode and audits. One seen only checked counts as covered only when it
+exists only for ``--check`` or audits: classified from its definition (``check_mode: true``
+on it or its block; a ``when`` item, its own or a block's or an import's, that requires
+``ansible_check_mode`` or ``sglang_audit``; a play that sets ``sglang_audit: true``) or
+listed, with the reason, in molecule/shared/coverage-exceptions.yml. Any other is printed as
+"checked, never run" and fails the report; ``--checked-advisory`` (or
+SGLANG_COVERAGE_CHECKED_ADVISORY=1) prints it without failing. Records of the older
+format (no "checked") count every ok result as run.
+
 Switches: every ``when`` item written in the role (on a task, a block or an
 import_tasks) that names a documented switch -- a variable of the role's argument
 specs of type bool or with choices, or one whose default is a boolean -- should be
@@ -39,7 +52,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 import yaml
 
@@ -47,6 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("roles/sglang/tasks/*.yml", "roles/sglang/handlers/*.yml", "playbooks/*.yml")
 EXCEPTIONS = REPO / "molecule" / "shared" / "coverage-exceptions.yml"
 EXPECTED_FAILURES = REPO / "molecule" / "shared" / "expected-failures.yml"
+CHECKED_ADVISORY_ENV = "SGLANG_COVERAGE_CHECKED_ADVISORY"
 ROLE = "roles/sglang"
 # A failure of one of these is the task doing its job.
 FAIL_ACTIONS = ("fail", "ansible.builtin.fail", "ansible.legacy.fail")
@@ -114,7 +128,8 @@ def _messages(into: Dict[str, List[str]], more: Dict[str, List[str]], keep: int 
 
 
 def merge(files: Iterable[Path]) -> Dict[str, Dict]:
-    """The per-process records added up (files of the older format, without "ok", count every run as ok)."""
+    """The per-process records added up (files of the older format, without "ok", count every run as ok;
+    without "checked", every ok result as run)."""
     merged: Dict[str, Dict] = {}
     for path in files:
         try:
@@ -123,12 +138,16 @@ def merge(files: Iterable[Path]) -> Dict[str, Dict]:
             continue
         for key, rec in tasks.items():
             out = merged.setdefault(key, {"name": rec.get("name", ""), "action": "", "ran": 0, "ok": 0, "failed": 0,
-                                          "skipped": 0, "failures": {}, "failure_messages": {}, "conditions": {}})
+                                          "skipped": 0, "checked": 0, "checked_by": {}, "failures": {},
+                                          "failure_messages": {}, "conditions": {}})
             out["action"] = out["action"] or rec.get("action", "")
             out["ran"] += rec.get("ran", 0)
             out["ok"] += rec.get("ok", rec.get("ran", 0) - rec.get("failed", 0))
             out["failed"] += rec.get("failed", 0)
             out["skipped"] += rec.get("skipped", 0)
+            out["checked"] += rec.get("checked", 0)
+            for why, n in (rec.get("checked_by") or {}).items():
+                out["checked_by"][why] = out["checked_by"].get(why, 0) + n
             for kind, n in rec.get("failures", {}).items():
                 out["failures"][kind] = out["failures"].get(kind, 0) + n
             _messages(out["failure_messages"], rec.get("failure_messages", {}))
@@ -140,11 +159,114 @@ def merge(files: Iterable[Path]) -> Dict[str, Dict]:
 
 
 def load_exceptions(path: Path = EXCEPTIONS) -> Dict[str, str]:
-    """"file: task name" -> why no scenario runs it."""
+    """"file: task name" -> why no scenario runs it (never reaches it, or only checks it)."""
     if not path.exists():
         return {}
     data = yaml.safe_load(path.read_text()) or {}
     return {"%s: %s" % (file, task): reason for file, tasks in data.items() for task, reason in tasks.items()}
+
+
+def run_and_checked(rec: Dict) -> Tuple[int, int]:
+    """(results that ran, results only checked) of one merged record: ok results less the checked ones."""
+    ok = rec.get("ok", rec.get("ran", 0) - rec.get("failed", 0))
+    checked = min(rec.get("checked", 0), ok)
+    return ok - checked, checked
+
+
+# A when item that only check mode, or only an audit, makes true: the variable alone, through
+# ``| bool`` or a ``default``, as one of the items or as a term of an ``and``.
+_ONLY_WHEN = {"check_mode": "ansible_check_mode", "audit": "sglang_audit"}
+
+
+def _requires(item: str, var: str) -> bool:
+    text = " ".join(str(item).split())
+    if re.search(r"\b(or|not)\b", text):  # a disjunction or a negation: other runs may make it true
+        return False
+    term = re.compile(r"^\(*\s*%s(\s*\|\s*(bool|default\([^()]*\)))*\s*\)*$" % re.escape(var))
+    return any(term.match(part.strip()) for part in re.split(r"\band\b", text))
+
+
+def _scalar(node: Optional[yaml.Node]) -> Optional[Any]:
+    """A node's value as YAML reads it (true, false, a string), None when absent or not a scalar."""
+    if not isinstance(node, yaml.ScalarNode):
+        return None
+    if node.tag.endswith(":bool"):
+        return node.value.lower() in ("true", "yes", "on")
+    return node.value
+
+
+def _walk_checked(seq: yaml.Node, rel: str, repo: Path, whens: Tuple[str, ...], check: Optional[Any],
+                  play_why: Optional[str], out: Dict[str, str], stack: Tuple[str, ...]) -> None:
+    if not isinstance(seq, yaml.SequenceNode):
+        return
+    for item in seq.value:
+        if not isinstance(item, yaml.MappingNode):
+            continue
+        names = {k.value for k, _ in item.value if isinstance(k, yaml.ScalarNode)}
+        own_check = _scalar(_key(item, "check_mode"))
+        here_check = own_check if own_check is not None else check
+        here_whens = whens + tuple(_when(item))
+        if "block" in names:
+            for sub in ("block", "rescue", "always"):
+                child = _key(item, sub)
+                if child is not None:
+                    _walk_checked(child, rel, repo, here_whens, here_check, play_why, out, stack)
+            continue
+        if names & set(STATIC_ACTIONS):
+            action = next(iter(names & {"import_tasks", "ansible.builtin.import_tasks"}), None)
+            target = _key(item, action) if action else None
+            if isinstance(target, yaml.ScalarNode) and "{{" not in target.value:
+                path = (repo / rel).parent / target.value
+                if path.exists() and str(path) not in stack:
+                    doc = yaml.compose(path.read_text())
+                    if doc is not None:
+                        _walk_checked(doc, str(path.relative_to(repo)), repo, here_whens, here_check, play_why, out,
+                                      stack + (str(path),))
+            continue
+        key = "%s:%d" % (rel, item.start_mark.line + 1)
+        if here_check is True:
+            out.setdefault(key, "check_mode: true: it is only ever checked")
+            continue
+        if play_why:
+            out.setdefault(key, play_why)
+            continue
+        for cond in here_whens:
+            if here_check is not False and _requires(cond, _ONLY_WHEN["check_mode"]):
+                out.setdefault(key, "when %s: it runs only under --check" % " ".join(cond.split()))
+                break
+            if _requires(cond, _ONLY_WHEN["audit"]):
+                out.setdefault(key, "when %s: it runs only in audits" % " ".join(cond.split()))
+                break
+
+
+def checked_by_design(repo: Path = REPO) -> Dict[str, str]:
+    """The tasks that exist only for --check or audits, as their definitions say: "file:line" -> why.
+    ``check_mode: true`` on the task or a block around it; a ``when`` item (its own, a block's, an
+    import's) that requires ``ansible_check_mode`` (unless the task's ``check_mode: false`` runs it for
+    real) or ``sglang_audit``; a task of a play whose ``vars`` set ``sglang_audit: true``."""
+    out: Dict[str, str] = {}
+    for pattern in SOURCES:
+        for path in sorted(glob.glob(str(repo / pattern))):
+            rel = str(Path(path).relative_to(repo))
+            doc = yaml.compose(Path(path).read_text())
+            if doc is None or not isinstance(doc, yaml.SequenceNode):
+                continue
+            if not rel.startswith("playbooks/"):
+                _walk_checked(doc, rel, repo, (), None, None, out, (path,))
+                continue
+            for play in doc.value:
+                if not isinstance(play, yaml.MappingNode):
+                    continue
+                play_vars = _key(play, "vars")
+                audit = None
+                if isinstance(play_vars, yaml.MappingNode):
+                    audit = _scalar(_key(play_vars, _ONLY_WHEN["audit"]))
+                why = "a task of an audit play (vars: sglang_audit: true)" if audit is True else None
+                for section in TASK_LISTS[:4]:
+                    child = _key(play, section)
+                    if child is not None:
+                        _walk_checked(child, rel, repo, (), _scalar(_key(play, "check_mode")), why, out, (path,))
+    return out
 
 
 def load_expected_failures(path: Path = EXPECTED_FAILURES) -> Dict[str, str]:
@@ -261,22 +383,40 @@ def _first(rec: Dict, kinds: Iterable[str]) -> str:
     return "(no message)"
 
 
+def _checked_text(rec: Dict, checked: int) -> str:
+    by = rec.get("checked_by") or {}
+    how = ", ".join("%s %d" % (why, by[why]) for why in sorted(by) if by[why])
+    return "checked %dx%s, never run" % (checked, " (%s)" % how if how else "")
+
+
 def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str, str],
           expected: Optional[Dict[str, str]] = None, written: Optional[Dict[str, Dict]] = None,
-          switch_vars: Iterable[str] = ()) -> Dict[str, List[str]]:
+          switch_vars: Iterable[str] = (), by_design: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The verdict. ``by_design``: "file:line" -> why, the tasks whose definitions say they exist only
+    for --check or audits (checked_by_design()). A task seen only checked is covered when its definition
+    says so or ``exceptions`` lists it with its reason (the same list as for a task never reached)."""
     expected = expected or {}
+    by_design = by_design or {}
     never, excused, as_expected, broken, never_true, never_false = [], [], [], [], [], []
+    only_checked, checked_never_run = [], []
     covered = set()
     labels = {}
+    per_task: Dict[str, Dict[str, Any]] = {}
     for key, name in sorted(static.items(), key=lambda kv: (kv[0].rsplit(":", 1)[0], int(kv[0].rsplit(":", 1)[1]))):
         rec = merged.get(key) or {}
         label = labels[key] = "%s: %s" % (key.rsplit(":", 1)[0], name)
         failures = rec.get("failures", {})
-        ok = rec.get("ok", rec.get("ran", 0) - rec.get("failed", 0))
+        run, checked = run_and_checked(rec)
+        per_task[key] = {"name": name, "run": run, "checked": checked, "checked_by": dict(rec.get("checked_by") or {})}
         own = failures.get("task", 0)
         bad = sum(failures.get(kind, 0) for kind in BROKEN)
-        if ok > 0:
+        design = by_design.get(key) or exceptions.get(label)
+        if run > 0:
             covered.add(key)
+            if bad:
+                broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
+        elif checked and design:
+            only_checked.append("%s (%s) -- checked %dx: %s" % (key, name, checked, " ".join(design.split())))
             if bad:
                 broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
         elif own and (rec.get("action") in FAIL_ACTIONS or label in expected):
@@ -285,11 +425,15 @@ def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str,
             as_expected.append("%s (%s) -- failed %dx as expected (%s): %s" % (key, name, own, why, _first(rec, ["task"])))
             if bad:
                 broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
-        elif bad:
+        elif bad and not checked:
             never.append("%s (%s) -- failed %dx on a broken condition or template, which never counts: %s"
                          % (key, name, bad, _first(rec, BROKEN)))
         elif label in exceptions:
             excused.append("%s (%s) -- %s" % (key, name, exceptions[label]))
+        elif checked:
+            checked_never_run.append("%s (%s) -- %s" % (key, name, _checked_text(rec, checked)))
+            if bad:
+                broken.append("%s (%s) -- %s" % (key, name, _first(rec, BROKEN)))
         elif own:
             never.append("%s (%s) -- only failed (%dx), and expected-failures.yml does not list it: %s"
                          % (key, name, own, _first(rec, ["task"])))
@@ -303,6 +447,8 @@ def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str,
     known = set(labels.values())
     stale = sorted(label for label in exceptions if label not in known)
     ran_anyway = sorted(labels[k] for k in covered if labels[k] in exceptions)
+    said = sorted("%s (its definition says it exists only for --check or audits: %s)" % (labels[k], why)
+                  for k, why in by_design.items() if labels.get(k) in exceptions)
     stale_expected = []
     for label in sorted(expected):
         keys = [k for k, lab in labels.items() if lab == label]
@@ -312,18 +458,37 @@ def judge(static: Dict[str, str], merged: Dict[str, Dict], exceptions: Dict[str,
             stale_expected.append("expected-failures: %s (it ran without failing)" % label)
         elif not any((merged.get(k) or {}).get("failures", {}).get("task", 0) for k in keys):
             stale_expected.append("expected-failures: %s (it never failed)" % label)
+    totals = {"tasks": len(static), "run": sum(1 for c in per_task.values() if c["run"] > 0),
+              "checked_only": len(only_checked) + len(checked_never_run), "checked_by_design": len(only_checked),
+              "checked_never_run": len(checked_never_run),
+              "results_run": sum(c["run"] for c in per_task.values()),
+              "results_checked": sum(c["checked"] for c in per_task.values())}
     return {"never_ran": never, "excused": excused, "failed_as_expected": as_expected, "broken_failures": broken,
+            "checked_by_design": only_checked, "checked_never_run": checked_never_run,
             "never_true": never_true, "never_false": never_false,
             "switches": switches(written or {}, merged, switch_vars),
-            "stale_exceptions": stale + ["%s (it ran)" % s for s in ran_anyway] + stale_expected}
+            "stale_exceptions": stale + ["%s (it ran)" % s for s in ran_anyway] + said + stale_expected,
+            "totals": totals, "tasks": per_task}
 
 
-def render(verdict: Dict[str, List[str]], total: int, switches_strict: bool = False) -> str:
-    ran = total - len(verdict["never_ran"]) - len(verdict["excused"])
+def render(verdict: Dict[str, Any], total: int, switches_strict: bool = False, checked_advisory: bool = False) -> str:
+    by_design = verdict.get("checked_by_design", [])
+    unrun = verdict.get("checked_never_run", [])
+    ran = total - len(verdict["never_ran"]) - len(verdict["excused"]) - len(by_design) - len(unrun)
+    totals = verdict.get("totals") or {}
     lines = ["task coverage: %d of %d role and playbook tasks ran (%d excused, %d only by failing as expected,"
-             " %d never ran)" % (ran, total, len(verdict["excused"]), len(verdict.get("failed_as_expected", [])),
-                                 len(verdict["never_ran"]))]
-    for title, key in (("never ran (not excused)", "never_ran"), ("excused", "excused"),
+             " %d never ran); %d only checked (%d by design, %d checked, never run); results: %d run, %d checked"
+             % (ran, total, len(verdict["excused"]), len(verdict.get("failed_as_expected", [])),
+                len(verdict["never_ran"]), len(by_design) + len(unrun), len(by_design), len(unrun),
+                totals.get("results_run", 0), totals.get("results_checked", 0))]
+    for title, key in (("never ran (not excused)", "never_ran"),
+                       ("checked, never run (%s)" % (
+                           "advisory" if checked_advisory else
+                           "only in check mode or audits: give it a real run, or list it with its reason"),
+                        "checked_never_run"),
+                       ("excused", "excused"),
+                       ("only checked, by design (they exist for --check or audits, as their definitions"
+                        " say or coverage-exceptions.yml does)", "checked_by_design"),
                        ("ran only by failing (a fail task, or listed in expected-failures.yml)", "failed_as_expected"),
                        ("also failed on a broken condition or template (advisory: the task ran elsewhere)",
                         "broken_failures"),
@@ -348,12 +513,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                           default=os.environ.get("SGLANG_COVERAGE_SWITCHES_STRICT", "") not in ("", "0"),
                           help="fail when a when item naming a switch was not seen both true and false"
                                " (also SGLANG_COVERAGE_SWITCHES_STRICT=1)")
+    p_report.add_argument("--checked-advisory", action="store_true",
+                          default=os.environ.get(CHECKED_ADVISORY_ENV, "") not in ("", "0"),
+                          help="print the tasks seen only in check mode or audits, never run, without failing"
+                               " (also %s=1)" % CHECKED_ADVISORY_ENV)
     p_report.add_argument("--json", type=Path, help="also write the verdict here")
     args = parser.parse_args(argv)
     static = static_tasks()
     merged = merge(sorted(args.directory.glob("*.json")))
-    verdict = judge(static, merged, load_exceptions(), load_expected_failures(), written_conditions(), switch_names())
-    print(render(verdict, len(static), args.switches_strict))
+    verdict = judge(static, merged, load_exceptions(), load_expected_failures(), written_conditions(), switch_names(),
+                    checked_by_design())
+    print(render(verdict, len(static), args.switches_strict, args.checked_advisory))
     if args.json:
         args.json.write_text(json.dumps(verdict, indent=1))
     rc = 0
@@ -361,6 +531,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("task coverage: FAILED: a task no scenario runs must get a test or an entry, with its reason,"
               " in %s (one only seen failing on purpose: in %s)"
               % (EXCEPTIONS.relative_to(REPO), EXPECTED_FAILURES.relative_to(REPO)))
+        rc = 1
+    if verdict["checked_never_run"] and not args.checked_advisory and not args.advisory:
+        print("task coverage: FAILED: a task seen only in check mode or audits must get a real run, or an entry,"
+              " with its reason, in %s (--checked-advisory or %s=1 makes this advisory)"
+              % (EXCEPTIONS.relative_to(REPO), CHECKED_ADVISORY_ENV))
         rc = 1
     if verdict["switches"] and args.switches_strict and not args.advisory:
         print("task coverage: FAILED: a when item naming a switch was not seen both true and false")

@@ -37,11 +37,12 @@ def test_every_task_of_the_role_and_playbooks_is_listed_with_its_line():
                    [int(k.rsplit(":", 1)[1]) - 1] for k in static)
 
 
-def _play(tmp_path: Path, extra_vars: dict, tasks: list = None) -> dict:
+def _play(tmp_path: Path, extra_vars: dict, tasks: list = None, args: tuple = (), play_vars: dict = None) -> dict:
     play = tmp_path / "playbooks" / "cov.yml"
     play.parent.mkdir(parents=True, exist_ok=True)
     play.write_text(yaml.safe_dump([{
         "name": "Coverage probe", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": play_vars or {},
         "tasks": tasks or [
             {"name": "Always runs", "ansible.builtin.debug": {"msg": "x"}},
             {"name": "Runs when both hold", "ansible.builtin.debug": {"msg": "y"},
@@ -56,7 +57,8 @@ def _play(tmp_path: Path, extra_vars: dict, tasks: list = None) -> dict:
                ANSIBLE_NOCOLOR="1")
     bin_dir = Path(sys.executable).parent
     proc = subprocess.run([str(bin_dir / "ansible-playbook"), "-i", "localhost,", str(play),
-                           "-e", json.dumps(extra_vars)], capture_output=True, text=True, env=env, timeout=300)
+                           "-e", json.dumps(dict({"ansible_python_interpreter": sys.executable}, **extra_vars)),
+                           *args], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return coverage.merge(out.glob("*.json"))
 
@@ -197,6 +199,8 @@ def test_records_of_the_older_format_still_merge(tmp_path):
         "name": "Do c", "ran": 2, "skipped": 1, "conditions": {"a": {"true": 2, "false": 1}}}}}))
     merged = coverage.merge([tmp_path / "old.json"])
     assert merged["playbooks/p.yml:5"]["ok"] == 2 and merged["playbooks/p.yml:5"]["failed"] == 0
+    # Written before run and checked were told apart: every ok result counts as run.
+    assert coverage.run_and_checked(merged["playbooks/p.yml:5"]) == (2, 0)
     assert coverage.judge({"playbooks/p.yml:5": "Do c"}, merged, {})["never_ran"] == []
 
 
@@ -302,3 +306,202 @@ def test_a_no_log_task_skipped_by_its_condition_counts_it_false_and_leaks_nothin
     assert by_name["Secret write"]["conditions"] == {"first | bool": {"true": 0, "false": 1}}
     assert by_name["Secret write that runs"]["conditions"] == {"not (first | bool)": {"true": 1, "false": 0}}
     assert "s3cr3t-value" not in "".join(p.read_text() for p in (tmp_path / "cov").glob("*.json"))
+
+
+# ----------------------------------------------------------------- executed means executed
+
+# The configure templates' own check_mode (roles/sglang/tasks/configure.yml).
+AUDIT_CHECK_MODE = "{{ ansible_check_mode or (sglang_audit | bool) }}"
+CHECK_TASKS = [
+    {"name": "Write a file", "ansible.builtin.copy": {"content": "x", "dest": "{{ out_file }}", "mode": "0600"}},
+    {"name": "Probe, read-only", "ansible.builtin.command": "true", "check_mode": False, "changed_when": False},
+    {"name": "Write the unit", "ansible.builtin.copy": {"content": "u", "dest": "{{ out_file }}.unit", "mode": "0600"},
+     "check_mode": AUDIT_CHECK_MODE},
+    {"name": "Write each", "ansible.builtin.copy": {"content": "{{ item }}", "dest": "{{ out_file }}.{{ item }}",
+                                                   "mode": "0600"}, "loop": [1, 2]},
+]
+
+
+def _counts(merged: dict) -> dict:
+    """Task name -> (run, checked, checked_by)."""
+    return {rec["name"]: coverage.run_and_checked(rec) + (rec.get("checked_by", {}),) for rec in merged.values()}
+
+
+def test_a_task_run_only_under_check_counts_as_checked_and_check_mode_false_as_run(tmp_path):
+    out_file = tmp_path / "written"
+    merged = _play(tmp_path, {"out_file": str(out_file), "sglang_audit": False}, tasks=CHECK_TASKS, args=("--check",))
+    assert not list(tmp_path.glob("written*")), "check mode wrote nothing"
+    counts = _counts(merged)
+    assert counts["Write a file"] == (0, 1, {"check_mode": 1})
+    # check_mode: false forces a real run under --check.
+    assert counts["Probe, read-only"] == (1, 0, {})
+    assert counts["Write the unit"] == (0, 1, {"check_mode": 1})
+    assert counts["Write each"] == (0, 2, {"check_mode": 2})  # each item, checked
+
+
+def test_a_converging_run_counts_as_run_and_a_templated_check_mode_as_checked(tmp_path):
+    out_file = tmp_path / "written"
+    merged = _play(tmp_path, {"out_file": str(out_file), "sglang_audit": False}, tasks=CHECK_TASKS + [
+        {"name": "Compare only", "ansible.builtin.copy": {"content": "c", "dest": "{{ out_file }}.c", "mode": "0600"},
+         "check_mode": "{{ compare_only | bool }}", "vars": {"compare_only": True}}])
+    counts = _counts(merged)
+    assert counts["Write a file"] == (1, 0, {}) and out_file.exists()
+    assert counts["Probe, read-only"] == (1, 0, {})
+    assert counts["Write the unit"] == (1, 0, {})
+    assert counts["Write each"] == (2, 0, {})
+    # check_mode templated true: the copy only compared, and wrote nothing.
+    assert counts["Compare only"] == (0, 1, {"check_mode": 1}) and not (tmp_path / "written.c").exists()
+
+
+def test_an_audit_run_counts_as_checked(tmp_path):
+    """sglang_audit true for the host: from the play's vars (playbooks/audit.yml), from the extra
+    variables, or from the task's own; every result of the audit is checked, also a module that runs
+    (the audit's probes do)."""
+    out_file = tmp_path / "written"
+    merged = _play(tmp_path / "play", {"out_file": str(out_file)}, tasks=CHECK_TASKS,
+                   play_vars={"sglang_audit": True})
+    counts = _counts(merged)
+    assert counts["Write a file"] == (0, 1, {"audit": 1})
+    assert counts["Probe, read-only"] == (0, 1, {"audit": 1})
+    # The configure templates' check_mode: both an audit and check mode.
+    assert counts["Write the unit"] == (0, 1, {"audit": 1, "check_mode": 1})
+    assert not (tmp_path / "written.unit").exists()
+    assert counts["Write each"] == (0, 2, {"audit": 2})
+
+    # Extra variables win over the play's false, as in Ansible; a template is resolved.
+    merged = _play(tmp_path / "extra", {"out_file": str(out_file), "sglang_audit": "{{ 'yes' }}"},
+                   tasks=CHECK_TASKS[:2], play_vars={"sglang_audit": False})
+    assert _counts(merged)["Probe, read-only"] == (0, 1, {"audit": 1})
+
+    # The task's own variable, on one task only.
+    merged = _play(tmp_path / "task", {"out_file": str(out_file)}, tasks=[
+        dict(CHECK_TASKS[1], vars={"sglang_audit": True}), dict(CHECK_TASKS[1], name="Not audited")])
+    counts = _counts(merged)
+    assert counts["Probe, read-only"] == (0, 1, {"audit": 1}) and counts["Not audited"] == (1, 0, {})
+
+
+JUDGED = {"roles/sglang/tasks/x.yml:3": "Write the unit", "roles/sglang/tasks/x.yml:9": "Say what would change",
+          "roles/sglang/tasks/x.yml:15": "Plan, checked", "roles/sglang/tasks/x.yml:21": "Only audited"}
+
+
+def _checked_rec(run=0, check_mode=0, audit=0, both=0):
+    rec = _rec(ok=run + check_mode + audit + both)
+    rec["checked"] = check_mode + audit + both
+    rec["checked_by"] = {k: n for k, n in (("check_mode", check_mode + both), ("audit", audit + both)) if n}
+    return rec
+
+
+def test_the_report_separates_run_and_checked_and_strict_fails_on_checked_only_unclassified(tmp_path, monkeypatch,
+                                                                                            capsys):
+    merged = {"roles/sglang/tasks/x.yml:3": _checked_rec(run=2, check_mode=1, both=3),
+              "roles/sglang/tasks/x.yml:9": _checked_rec(check_mode=2),
+              "roles/sglang/tasks/x.yml:15": _checked_rec(check_mode=1),
+              "roles/sglang/tasks/x.yml:21": _checked_rec(audit=4)}
+    design = {"roles/sglang/tasks/x.yml:15": "check_mode: true: it is only ever checked"}
+    verdict = coverage.judge(JUDGED, merged, {}, by_design=design)
+    assert verdict["checked_never_run"] == [
+        "roles/sglang/tasks/x.yml:9 (Say what would change) -- checked 2x (check_mode 2), never run",
+        "roles/sglang/tasks/x.yml:21 (Only audited) -- checked 4x (audit 4), never run"]
+    assert verdict["checked_by_design"] == [
+        "roles/sglang/tasks/x.yml:15 (Plan, checked) -- checked 1x: check_mode: true: it is only ever checked"]
+    assert verdict["never_ran"] == [] and verdict["excused"] == []
+    assert verdict["tasks"]["roles/sglang/tasks/x.yml:3"] == {
+        "name": "Write the unit", "run": 2, "checked": 4, "checked_by": {"check_mode": 4, "audit": 3}}
+    assert verdict["totals"]["results_run"] == 2 and verdict["totals"]["results_checked"] == 11
+    text = coverage.render(verdict, len(JUDGED))
+    assert text.startswith("task coverage: 1 of 4 role and playbook tasks ran (0 excused, 0 only by failing as"
+                           " expected, 0 never ran); 3 only checked (1 by design, 2 checked, never run);"
+                           " results: 2 run, 11 checked"), text
+    assert "checked, never run (only in check mode or audits" in text
+
+    # Listed in coverage-exceptions.yml with a reason: covered, checked only by design. Listed and run for
+    # real, or listed where the definition says it already: stale.
+    listed = {"roles/sglang/tasks/x.yml: Say what would change": "the --check diff of a fresh host",
+              "roles/sglang/tasks/x.yml: Only audited": "audits only: the read-only twin of a write",
+              "roles/sglang/tasks/x.yml: Write the unit": "not so: it runs",
+              "roles/sglang/tasks/x.yml: Plan, checked": "said twice"}
+    verdict = coverage.judge(JUDGED, merged, listed, by_design=design)
+    assert verdict["checked_never_run"] == [] and verdict["excused"] == []
+    assert verdict["checked_by_design"][0] == ("roles/sglang/tasks/x.yml:9 (Say what would change) -- checked 2x:"
+                                               " the --check diff of a fresh host")
+    assert len(verdict["checked_by_design"]) == 3
+    assert verdict["stale_exceptions"] == [
+        "roles/sglang/tasks/x.yml: Write the unit (it ran)",
+        "roles/sglang/tasks/x.yml: Plan, checked (its definition says it exists only for --check or audits:"
+        " check_mode: true: it is only ever checked)"]
+
+    # The report: strict by default, advisory with the flag or the environment variable; the JSON has both counts.
+    monkeypatch.setattr(coverage, "static_tasks", lambda: JUDGED)
+    monkeypatch.setattr(coverage, "written_conditions", lambda: {})
+    monkeypatch.setattr(coverage, "switch_names", lambda: set())
+    monkeypatch.setattr(coverage, "load_exceptions", lambda: {})
+    monkeypatch.setattr(coverage, "load_expected_failures", lambda: {})
+    monkeypatch.setattr(coverage, "checked_by_design", lambda: design)
+    monkeypatch.delenv(coverage.CHECKED_ADVISORY_ENV, raising=False)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "r.json").write_text(json.dumps({"tasks": merged}))
+    assert coverage.main(["report", str(runs), "--json", str(tmp_path / "v.json")]) == 1
+    out = capsys.readouterr().out
+    assert "(Say what would change) -- checked 2x (check_mode 2), never run" in out
+    assert "FAILED: a task seen only in check mode or audits" in out
+    written = json.loads((tmp_path / "v.json").read_text())
+    assert written["tasks"]["roles/sglang/tasks/x.yml:9"]["run"] == 0
+    assert written["tasks"]["roles/sglang/tasks/x.yml:9"]["checked"] == 2
+    assert written["totals"]["checked_never_run"] == 2
+    assert coverage.main(["report", str(runs), "--checked-advisory"]) == 0
+    assert "checked, never run (advisory)" in capsys.readouterr().out
+    monkeypatch.setenv(coverage.CHECKED_ADVISORY_ENV, "1")
+    assert coverage.main(["report", str(runs)]) == 0
+    monkeypatch.delenv(coverage.CHECKED_ADVISORY_ENV)
+    monkeypatch.setattr(coverage, "load_exceptions", lambda: listed)
+    assert coverage.main(["report", str(runs)]) == 0
+
+
+def test_tasks_that_exist_only_for_check_or_audits_are_classified_from_their_definitions(tmp_path):
+    tasks = tmp_path / "roles" / "sglang" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "main.yml").write_text(yaml.safe_dump([
+        {"name": "Say what would be built", "ansible.builtin.debug": {"msg": "x"},
+         "when": ["ansible_check_mode", "build | default(false)"]},
+        {"name": "Plan the rollback", "ansible.builtin.command": "true", "check_mode": True},
+        {"name": "Written only outside check mode", "ansible.builtin.debug": {"msg": "x"},
+         "when": ["not ansible_check_mode"]},
+        {"name": "Either", "ansible.builtin.debug": {"msg": "x"}, "when": ["ansible_check_mode or force | bool"]},
+        {"name": "Under --check, for real", "ansible.builtin.command": "true", "check_mode": False,
+         "when": "ansible_check_mode"},
+        {"name": "Templated", "ansible.builtin.copy": {"content": "x", "dest": "/x"},
+         "check_mode": AUDIT_CHECK_MODE},
+        {"name": "Audit only", "when": ["x | bool", "(sglang_audit | default(false) | bool)"], "block": [
+            {"name": "Compare in the audit", "ansible.builtin.debug": {"msg": "x"}}]},
+        {"name": "Checked block", "check_mode": True, "block": [
+            {"name": "Checked in the block", "ansible.builtin.debug": {"msg": "x"}},
+            {"name": "Real in the checked block", "ansible.builtin.debug": {"msg": "x"}, "check_mode": False}]},
+        {"name": "Import the audit's own", "ansible.builtin.import_tasks": "audit.yml", "when": "sglang_audit | bool"},
+        {"name": "Negated inside", "ansible.builtin.debug": {"msg": "x"}, "when": "not (x and ansible_check_mode)"},
+    ], sort_keys=False))
+    (tasks / "audit.yml").write_text(yaml.safe_dump([{"name": "Only in audits", "ansible.builtin.debug": {}}]))
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "audit.yml").write_text(yaml.safe_dump([
+        {"hosts": "all", "vars": {"sglang_audit": True},
+         "tasks": [{"name": "Audit task", "ansible.builtin.debug": {}}]},
+        {"hosts": "all", "tasks": [{"name": "Assert the fleet", "ansible.builtin.assert": {"that": [True]}}]}],
+        sort_keys=False))
+    static = coverage.static_tasks(tmp_path)
+    design = {static[k]: why for k, why in coverage.checked_by_design(tmp_path).items()}
+    assert design == {
+        "Say what would be built": "when ansible_check_mode: it runs only under --check",
+        "Plan the rollback": "check_mode: true: it is only ever checked",
+        "Compare in the audit": "when (sglang_audit | default(false) | bool): it runs only in audits",
+        "Checked in the block": "check_mode: true: it is only ever checked",
+        "Only in audits": "when sglang_audit | bool: it runs only in audits",
+        "Audit task": "a task of an audit play (vars: sglang_audit: true)"}
+
+
+def test_the_role_tasks_that_exist_only_for_check_or_audits():
+    static = coverage.static_tasks()
+    design = {"%s: %s" % (k.rsplit(":", 1)[0], static[k]) for k in coverage.checked_by_design()}
+    assert design == {"roles/sglang/tasks/rollback.yml: Find what the rollback would put back",
+                      "roles/sglang/tasks/remediate.yml: Report that the decision waits for the install"}
+    for label in coverage.load_exceptions():
+        assert label not in design, "its definition says it exists only for --check or audits: %s" % label

@@ -8,13 +8,15 @@ directory. Then each ansible-playbook process writes one JSON file there, at its
 end and after every task (a run killed mid-way keeps what it saw):
 
   {"tasks": {"<file>:<line>": {"name": ..., "action": ..., "ran": N, "ok": N, "failed": N, "skipped": N,
+                                "checked": N, "checked_by": {"check_mode": N, "audit": N},
                                 "failures": {"task": N, "conditional": N, "template": N},
                                 "failure_messages": {"<kind>": ["<msg>", ...]},
                                 "conditions": {"<when item>": {"true": N, "false": N}}}}}
 
 A task "ran" on a host when it returned ok, changed or failed there (a loop's items
-count one by one); "ok" counts the results that did not fail, "failed" those that
-did, by kind: "conditional" when evaluating one of its conditions raised (a ``when``,
+count one by one); "ok" counts the results that did not fail, "checked" those of them
+that were only checked (below), "failed" the results that failed, by kind:
+"conditional" when evaluating one of its conditions raised (a ``when``,
 ``until``, ``failed_when`` or ``changed_when`` on an undefined variable, or one whose
 result is not a boolean, which ansible-core 2.19+ reports as a task failure),
 "template" when templating its arguments, variables or loop hit an undefined
@@ -27,6 +29,23 @@ includes and role) in order and stops at the first false one, which it reports a
 not evaluated. A task that returned ok, or failed as a task, saw all of them true;
 one whose condition or templating raised marks none (which item raised is not known,
 and an error is neither true nor false).
+
+Executed means executed: a result that did not fail is "checked", not run, when the
+task's effective check mode was on (``--check``, or ``check_mode: true``, templated or
+not: ``check_mode: false`` under ``--check`` is a real run) or when the run was an audit
+(``sglang_audit`` true for the task), since a ``copy`` in check mode or a
+module in its audit state wrote nothing. "checked_by" says which (a result can be
+both). The check mode is the task's own, post-validated field on the result (the
+worker templates ``check_mode`` and inherits it from blocks, the play and the command
+line in ``Task.post_validate``, and the result's task is rebuilt from those fields);
+``sglang_audit`` is read where the collection's playbooks and operators set it: the
+play's variables (playbooks/audit.yml), the task's own and its blocks', and the extra
+variables (``-e``), in Ansible's order of precedence. Not per host: asking the variable
+manager for each host's variables of each task cost 1 to 1.5 ms of the controller's CPU
+per task and host, in every run of the suite, for a case (an audit switched on per host
+in the inventory) no playbook of the collection makes. An include (include_tasks, include_role) does the same in
+check mode and audits, and always counts as run. Files written before this split (no
+"checked") count every ok result as run.
 
 Paths are kept from ``roles/`` or ``playbooks/`` on, so runs of the installed
 collection (the collection scenario) count for the checkout's files.
@@ -48,8 +67,11 @@ author:
 import json
 import os
 import re
+import threading
 from typing import Any, Dict, Optional
 
+from ansible import context
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.callback import CallbackBase
 
 _ANCHOR = re.compile(r"(?:^|/)((?:roles|playbooks)/.*)$")
@@ -125,6 +147,71 @@ def conditions(task: Any) -> list:
     return [str(c) for c in when if not isinstance(c, bool)]
 
 
+AUDIT_VAR = "sglang_audit"
+
+
+def result_task(result: Any) -> Any:
+    """The task a result belongs to: ``result.task`` from 2.19 on (rebuilt from the worker's
+    post-validated fields), ``result._task`` before."""
+    try:
+        return result.task
+    except AttributeError:
+        return getattr(result, "_task", None)
+
+
+def effective_check_mode(result: Any) -> bool:
+    """Whether the task ran with check mode on. After ``Task.post_validate`` (executor/task_executor.py)
+    the task's ``check_mode`` is a bool: its own value templated, else its blocks', its play's, else
+    the command line's ``--check`` (``Base.check_mode``'s default, context.CLIARGS['check']). A result
+    of a task that failed before its fields were templated (a broken ``when``) falls back to the
+    command line."""
+    value = None
+    task = result_task(result)
+    if task is not None:
+        value = getattr(task, "check_mode", None)
+    if not isinstance(value, bool):
+        fields = getattr(result, "_task_fields", None)  # before 2.19: the post-validated fields
+        value = fields.get("check_mode") if isinstance(fields, dict) else None
+    if isinstance(value, bool):
+        return value
+    return bool(context.CLIARGS.get("check", False))
+
+
+def as_bool(value: Any) -> bool:
+    try:
+        return boolean(value, strict=False)
+    except (TypeError, ValueError):
+        return False
+
+
+def audit_from_play(play: Any, task: Any = None) -> bool:
+    """``sglang_audit`` as the play, the task (its own and its blocks' and includes') and the extra
+    variables set it, in Ansible's order of precedence."""
+    layers = []
+    if play is not None:
+        layers.append(dict(play.vars or {}))
+    if task is not None:
+        try:
+            layers.append(task.get_vars())
+        except Exception:  # noqa: BLE001 (a task object that cannot say: the play's word stands)
+            pass
+    manager = play.get_variable_manager() if play is not None else None
+    layers.append(getattr(manager, "extra_vars", None) or {})
+    value = False
+    merged: Dict[str, Any] = {}
+    for layer in layers:
+        merged.update(layer)
+        if AUDIT_VAR in layer:
+            value = layer[AUDIT_VAR]
+    if isinstance(value, str) and "{{" in value and play is not None:
+        try:  # templated, as Ansible resolves it (-e 'sglang_audit={{ ... }}')
+            from ansible.template import Templar
+            value = Templar(loader=play.get_loader(), variables=merged).template(value)
+        except Exception:  # noqa: BLE001 (a value that cannot be resolved here is no audit)
+            return False
+    return as_bool(value)
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -137,6 +224,8 @@ class CallbackModule(CallbackBase):
         self._dir = os.environ.get("SGLANG_TEST_COVERAGE_DIR")
         self._tasks: Dict[str, Dict[str, Any]] = {}
         self._file = None
+        self._play: Any = None
+        self._lock = threading.RLock()
         if self._dir:
             os.makedirs(self._dir, exist_ok=True)
             self._file = os.path.join(self._dir, "run-%d-%d.json" % (os.getpid(), id(self)))
@@ -150,12 +239,32 @@ class CallbackModule(CallbackBase):
         if path is None:
             return None
         entry = self._tasks.setdefault(path, {"name": task.get_name(), "ran": 0, "ok": 0, "failed": 0, "skipped": 0,
+                                              "checked": 0, "checked_by": {},
                                               "failures": {}, "failure_messages": {}, "conditions": {}})
         if "action" not in entry:
             entry["action"] = str(getattr(task, "resolved_action", None) or getattr(task, "action", "") or "")
         return entry
 
-    def _seen(self, task: Any, result: Optional[Dict[str, Any]], ran: bool, failed: bool = False) -> None:
+    def _checked_by(self, result: Any) -> list:
+        """Why a result was only checked: "check_mode", "audit", both or neither."""
+        why = []
+        if effective_check_mode(result):
+            why.append("check_mode")
+        try:
+            audit = audit_from_play(self._play, result_task(result))
+        except Exception:  # noqa: BLE001 (never break the run for the coverage's sake)
+            audit = False
+        if audit:
+            why.append("audit")
+        return why
+
+    def _seen(self, task: Any, result: Optional[Dict[str, Any]], ran: bool, failed: bool = False,
+              checked: Optional[list] = None) -> None:
+        with self._lock:
+            self._seen_locked(task, result, ran, failed, checked or [])
+
+    def _seen_locked(self, task: Any, result: Optional[Dict[str, Any]], ran: bool, failed: bool,
+                     checked: list) -> None:
         entry = self._entry(task)
         if entry is None:
             return
@@ -178,6 +287,11 @@ class CallbackModule(CallbackBase):
                 return  # a condition or a template raised: nothing is known of the conditions' truth
         elif ran:
             entry["ok"] += 1
+            if checked:
+                entry["checked"] = entry.get("checked", 0) + 1
+                by = entry.setdefault("checked_by", {})
+                for why in checked:
+                    by[why] = by.get(why, 0) + 1
         for cond in conds:
             counts = entry["conditions"].setdefault(cond, {"true": 0, "false": 0})
             if ran:
@@ -194,19 +308,24 @@ class CallbackModule(CallbackBase):
     def _write(self) -> None:
         if not self._file:
             return
-        tmp = self._file + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"tasks": self._tasks}, fh, sort_keys=True)
-        os.replace(tmp, self._file)
+        with self._lock:  # item results are recorded on the results thread, the others on the main one
+            tmp = self._file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({"tasks": self._tasks}, fh, sort_keys=True)
+            os.replace(tmp, self._file)
 
     # ----------------------------------------------------------------- events
 
+    def v2_playbook_on_play_start(self, play: Any) -> None:
+        self._play = play
+
     def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
-        self._entry(task)
+        with self._lock:
+            self._entry(task)
 
     def v2_runner_on_ok(self, result: Any) -> None:
         if not result._result.get("results"):
-            self._seen(result._task, result._result, ran=True)
+            self._seen(result._task, result._result, ran=True, checked=self._checked_by(result))
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         if not result._result.get("results"):
@@ -217,7 +336,7 @@ class CallbackModule(CallbackBase):
             self._seen(result._task, skipped_result(result), ran=False)
 
     def v2_runner_item_on_ok(self, result: Any) -> None:
-        self._seen(result._task, result._result, ran=True)
+        self._seen(result._task, result._result, ran=True, checked=self._checked_by(result))
 
     def v2_runner_item_on_failed(self, result: Any) -> None:
         self._seen(result._task, result._result, ran=True, failed=True)
