@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
@@ -375,3 +376,29 @@ def models(tmp_path_factory):
     for name in ("deepseek-v3", "deepseek-v3-eagle3"):
         shutil.copytree(REPO / "files" / "models" / name, root / name)
     return root / "deepseek-v3", root / "deepseek-v3-eagle3"
+
+
+# --------------------------------------------------------------------------- waits on events, not sleeps
+
+
+def clock_past(stamp: float, apart: float = 0.1) -> None:
+    """Return once the clock is ``apart`` past ``stamp``: a process's start is known to a clock tick and
+    /proc/uptime's hundredth, a file's ctime to the coarse clock's tick, so what comes after is ordered after."""
+    deadline = time.monotonic() + 10
+    while time.time() <= stamp + apart:
+        assert time.monotonic() < deadline, "the clock did not pass %s" % stamp
+        time.sleep(0.01)
+
+
+def wait_running(proc: subprocess.Popen, argv) -> float:
+    """Return once /proc shows ``proc`` running ``argv`` (what the rules and the audit read), with a time
+    after its start."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if Path("/proc/%d/cmdline" % proc.pid).read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                return time.time()
+        except OSError:
+            pass
+        assert proc.poll() is None and time.monotonic() < deadline, "%s never ran %s" % (proc.pid, argv)
+        time.sleep(0.01)

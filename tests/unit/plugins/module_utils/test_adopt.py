@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODULE_UTILS_DIR, MODULES, run_module
+from conftest import MODULE_UTILS_DIR, MODULES, clock_past, run_module, wait_running
 from double_harness import free_port, remediated_double
 
 spec = importlib.util.spec_from_file_location("_adopt", MODULE_UTILS_DIR / "_adopt.py")
@@ -29,32 +29,6 @@ EXPECTED = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 15, "spe
             "speculative_num_draft_tokens": 16}
 
 
-# How far apart a file's change and a process's start must be for the rules to order them: the start is
-# known to a clock tick and to /proc/uptime's hundredth of a second, a file's ctime to the coarse clock's tick.
-APART = 0.1
-
-
-def past(stamp: float) -> None:
-    """Return once the clock is APART past ``stamp`` (a start or a change after this comes after it)."""
-    deadline = time.monotonic() + 10
-    while time.time() <= stamp + APART:
-        assert time.monotonic() < deadline, "the clock did not pass %s" % stamp
-        time.sleep(0.01)
-
-
-def wait_running(proc: subprocess.Popen, argv) -> float:
-    """Return once /proc shows ``proc`` running ``argv`` (what the rules read), with a time after its start."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            if Path("/proc/%d/cmdline" % proc.pid).read_bytes().split(b"\0")[:-1] == [a.encode() for a in argv]:
-                return time.time()
-        except OSError:
-            pass
-        assert proc.poll() is None and time.monotonic() < deadline, "%s never ran %s" % (proc.pid, argv)
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def sleeper(tmp_path):
     """(process, argv, env file, config, seen): a process started after its env file and config were written,
@@ -63,7 +37,7 @@ def sleeper(tmp_path):
     env_file.write_text('# managed\nHOME=/var/lib/sglang\nHF_TOKEN="hf_s3cret \\\"q\\\""\nN="3"\n')
     config = tmp_path / "config.json"
     config.write_text("{}")
-    past(max(env_file.stat().st_ctime, config.stat().st_ctime))
+    clock_past(max(env_file.stat().st_ctime, config.stat().st_ctime))
     argv = [sys.executable, "-c", "import time; time.sleep(60)", "--model-path", "/models/x y"]
     proc = subprocess.Popen(argv, env={"HOME": "/var/lib/sglang", "HF_TOKEN": 'hf_s3cret "q"', "N": "3",
                                        "EXTRA": "systemd sets others"})
@@ -88,7 +62,7 @@ def test_another_command_line_environment_or_a_later_change_blocks_it(sleeper, t
     changed.write_text('HF_TOKEN="another-s3cret"\nN=3\n')
     blockers = A.adoption_blockers(proc.pid, argv, str(changed), [])
     assert blockers == ["its environment differs in HF_TOKEN"] and "s3cret" not in " ".join(blockers)
-    past(seen)
+    clock_past(seen)
     os.utime(str(config))  # a change after the start: ctime moves
     assert A.adoption_blockers(proc.pid, argv, str(env_file), [str(config)]) == [
         "it started before %s changed" % config]
@@ -133,7 +107,7 @@ def adoptable(host, tmp_path, run_double, real_059, monkeypatch):
     h.env.write_text('SGLANG_TEST_DOUBLE_STARTUP_DELAY="0.3"\n')
     recorded = json.loads(h.state_file.read_text())["components"]
     h.state_file.unlink()
-    past(max(p.stat().st_ctime for p in (h.unit, h.env, h.draft)))
+    clock_past(max(p.stat().st_ctime for p in (h.unit, h.env, h.draft)))
     (tmp_path / "srv").mkdir()
     double = remediated_double(tmp_path / "srv", run_double, real_059)
     double.wait_healthy()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODULE_UTILS_DIR, USER_IDS, fake_systemctl
+from conftest import MODULE_UTILS_DIR, USER_IDS, clock_past, fake_systemctl, wait_running
 
 from ansible_collections.fleetops.sglang.plugins.module_utils import _hostaudit as HA
 from ansible_collections.fleetops.sglang.plugins.module_utils import _inputs
@@ -231,33 +231,15 @@ def test_the_import_scan_finds_what_the_parser_finds_in_every_plugin_file():
         assert set(HA._imports(source)) == parsed(source), path
 
 
-def _past(stamp: float, apart: float = 0.1) -> None:
-    """Return once the clock is ``apart`` past ``stamp``: a process's start is known to a clock tick and
-    /proc/uptime's hundredth, a file's ctime to the coarse clock's tick, so what comes after is ordered after."""
-    deadline = time.monotonic() + 10
-    while time.time() <= stamp + apart:
-        assert time.monotonic() < deadline, "the clock did not pass %s" % stamp
-        time.sleep(0.01)
-
-
-def _wait_running(proc: subprocess.Popen, argv) -> float:
-    """Return once /proc shows ``proc`` running ``argv`` (what the audit reads), with a time after its start."""
-    deadline = time.monotonic() + 10
-    while Path("/proc/%d/cmdline" % proc.pid).read_bytes().split(b"\0")[:-1] != [a.encode() for a in argv]:
-        assert proc.poll() is None and time.monotonic() < deadline, "%s never ran %s" % (proc.pid, argv)
-        time.sleep(0.01)
-    return time.time()
-
-
 def test_the_running_process_is_compared_with_what_the_unit_starts(host, tmp_path):
     """The running server's command line, its environment (the environment file's variables) and its start
     after every file it depends on: a process started otherwise is a finding of the timer's own."""
     h = host("0.5.9")
-    _past(max(p.stat().st_ctime for p in (h.unit, h.env, h.draft)))  # a start after the files is after them
+    clock_past(max(p.stat().st_ctime for p in (h.unit, h.env, h.draft)))  # a start after the files is after them
     argv = ["sleep", "300"]
     server = subprocess.Popen(argv, env={"HF_TOKEN": "secret", "PATH": os.environ["PATH"]})
     try:
-        seen = _wait_running(server, argv)
+        seen = wait_running(server, argv)
         _s, path = _spec(h, tmp_path, running={"argv": argv, "env_file": str(h.env), "paths": [str(h.draft)]})
         proc = _run_bundle(tmp_path, path, server.pid)
         assert proc.returncode == 0 and "audited: compliant" in proc.stdout, proc
@@ -268,7 +250,7 @@ def test_the_running_process_is_compared_with_what_the_unit_starts(host, tmp_pat
         s = _samples(tmp_path / "tf" / "sglang_remediation.prom")
         assert s['sglang_remediation_failure{class="running_server"}'] == 1
         # A file it depends on changed after it started: it runs what it read before.
-        _past(seen)
+        clock_past(seen)
         h.draft.write_text(h.draft.read_text())
         _s, path = _spec(h, tmp_path, running={"argv": argv, "env_file": str(h.env), "paths": [str(h.draft)]})
         proc = _run_bundle(tmp_path, path, server.pid)
