@@ -120,6 +120,7 @@ from ansible_collections.fleetops.sglang.plugins.module_utils._lease import proc
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._rollout import NEXT_STAGE_GROUP, STAGE_ALL, estimate
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._rows import MAINTENANCE_GROUP, skip_host_names
 from ansible_collections.fleetops.sglang.plugins.plugin_utils import _hostpattern
+from ansible_collections.fleetops.sglang.plugins.plugin_utils._prefork import warm_up
 from ansible_collections.fleetops.sglang.plugins.module_utils._runmode import AUDIT, REMEDIATE, run_mode
 from ansible_collections.fleetops.sglang.plugins.plugin_utils._report import (
     FACT, NEXT_STAGE, SKIPPED, SOAK_FACT, action_of, as_bool, counts, live_columns, new_row, plain,
@@ -416,6 +417,8 @@ class CallbackModule(CallbackBase):
         # The name only labels the report and its run folder: the mode is the plays' (play_mode).
         self.playbook = os.path.basename(getattr(playbook, "_file_name", "") or "")
         self._setup_dirs()
+        # Before the first worker forks: what each would load again for itself (plugin_utils/_prefork.py).
+        warm_up()
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
         part = fleet_part(play)
