@@ -104,6 +104,8 @@ DRAFT_IDS = {"sglang_eagle3_layer_ids": [-1, 3, 30],
              "sglang_environment": env(SGLANG_TEST_DOUBLE_TRAINED_LAYERS="embed,3,30")}
 UPGRADE = {"sglang_version": "0.5.12.post1"}
 ENV_CHANGE = {"sglang_environment": env(SGLANG_TEST_DOUBLE_EXTRA="1")}
+# Flags other than FLAGS (topk 1: draft tokens = steps + 1, or SGLang rewrites them).
+UNIT_CHANGE = {"sglang_speculative_num_steps": 6, "sglang_speculative_num_draft_tokens": 7}
 
 @dataclass
 class Case:
@@ -730,7 +732,8 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     hosts = {
         LEFT: dict(FLAGS, sglang_environment=change, sglang_accept_length_min=8, sglang_rollback_on_failure=False,
                    **HOOKS),
-        NO_RESTART: dict(FLAGS, sglang_environment=change, sglang_restart_on_change=False,
+        # Other flags too: a unit change that no restart follows, which systemd must still load.
+        NO_RESTART: dict(FLAGS, **UNIT_CHANGE, sglang_environment=change, sglang_restart_on_change=False,
                          sglang_metrics_textfile=False),
         NO_ADOPT: dict(FLAGS, sglang_adopt_running=False, sglang_audit_timer=False),
         FROM_INDEX: dict(FLAGS, sglang_install_source="index",
@@ -773,6 +776,15 @@ def test_documented_switches_the_other_way_do_what_the_guides_say():
     assert after[NO_RESTART]["pid"] == before[NO_RESTART]["pid"], (after[NO_RESTART]["pid"], before[NO_RESTART]["pid"])
     assert after[NO_RESTART]["starts"] == before[NO_RESTART]["starts"]
     assert after[NO_RESTART]["files"]["/etc/sglang/sglang.env"] != before[NO_RESTART]["files"]["/etc/sglang/sglang.env"]
+    # The unit was rewritten with the new flags and systemd loaded it (the next start, a reboot's or a
+    # crash's, runs what the files say), while the server still runs what it ran.
+    unit = "/etc/systemd/system/sglang.service"
+    assert after[NO_RESTART]["files"][unit] != before[NO_RESTART]["files"][unit]
+    assert "unit changed since the last healthy start" in row["restart_reasons"], row["restart_reasons"]
+    assert sh(NO_RESTART, "systemctl show -p NeedDaemonReload --value sglang") == "no"
+    loaded = sh(NO_RESTART, "systemctl show -p ExecStart --value sglang")
+    assert "--speculative-num-steps %d " % UNIT_CHANGE["sglang_speculative_num_steps"] in loaded + " ", loaded
+    assert after[NO_RESTART]["cmdline"] == before[NO_RESTART]["cmdline"], after[NO_RESTART]["cmdline"]
     # The file the recovery's probe wrote is there, untouched (a rewrite would change its last-run time).
     assert before[NO_RESTART]["textfile"] is not None, "no textfile on %s before the run" % NO_RESTART
     assert after[NO_RESTART]["textfile"] == before[NO_RESTART]["textfile"]
