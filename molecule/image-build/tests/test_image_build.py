@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -126,3 +127,57 @@ def test_a_tampered_wheel_of_the_lock_is_refused_and_nothing_is_switched(host, t
     # The release being built is removed by the undo; the link never moved.
     assert host.check_output("readlink -f /opt/sglang/venv").strip() == before
     assert host.check_output("ls /opt/sglang/releases") == releases
+
+
+# --------------------------------------------------------------------------- pip's resolver (sglang_pip_no_deps=false)
+
+sys.path.insert(0, str(PROJECT / "testbed"))
+import stub_closure  # noqa: E402
+
+RELEASE_WHEEL = WHEELHOUSE / "sglang-0.5.9-py3-none-any.whl"
+
+
+def _deps_run(house: Path):
+    """Converge in image-build mode with production's default: pip resolves sglang's requirements."""
+    demo = yaml.safe_load((PROJECT / "inventory" / "demo" / "group_vars" / "sglang_demo.yml").read_text())
+    return run_playbook(PROJECT / "molecule" / "default" / "converge.yml", extra_vars=dict(
+        demo, sglang_service_manage=False, sglang_pip_no_deps=False, sglang_wheelhouse=str(house)))
+
+
+def test_pips_resolver_installs_the_releases_whole_closure_or_nothing(host, tmp_path):
+    """sglang_pip_no_deps=false, production's default, on the closure of sglang 0.5.9's own requirements
+    (testbed/stub_closure.py: a stub wheel per requirement, packaging real). First without one of them:
+    pip's resolver fails, naming it, and nothing is switched; then the whole closure: every requirement
+    installed at the version pip chose, in a release of its own, patched."""
+    minor = host.check_output("python3 -c 'import sys; print(sys.version_info.minor)'")
+    before = host.check_output("readlink -f /opt/sglang/venv").strip()
+    releases = host.check_output("ls /opt/sglang/releases")
+    chosen = stub_closure.build(RELEASE_WHEEL, tmp_path / "closure", "3.%s" % minor, WHEELHOUSE)
+    assert len(chosen) > 50 and chosen["packaging"] == "24.2" and "torch" in chosen, chosen
+
+    short = tmp_path / "short"
+    shutil.copytree(tmp_path / "closure", short)
+    (missing,) = list(short.glob("tqdm-*.whl"))
+    missing.unlink()
+    run = _deps_run(short)
+    assert run.rc != 0, run.tail(80)
+    assert "No matching distribution found for tqdm" in run.output, run.tail(80)
+    assert host.check_output("readlink -f /opt/sglang/venv").strip() == before
+    assert host.check_output("ls /opt/sglang/releases") == releases
+
+    run = _deps_run(tmp_path / "closure")
+    assert run.rc == 0, run.tail(80)
+    release = host.check_output("readlink -f /opt/sglang/venv").strip()
+    assert release != before and os.path.basename(release) not in releases.split(), (release, releases)
+    # The whole wheelhouse went to the host, not only the sglang wheels.
+    remote = host.check_output("ls /var/cache/sglang/wheelhouse").split()
+    assert {p.name for p in (tmp_path / "closure").glob("*.whl")} <= set(remote), remote
+    # Read with the system's Python (root never runs a release's own: the test bed's tripwire).
+    installed = json.loads(host.check_output(
+        "python3 -I -c 'import glob, importlib.metadata as m, json, re, sys; "
+        "site = glob.glob(sys.argv[1] + \"/lib/python3*/site-packages\"); "
+        "print(json.dumps({re.sub(r\"[-_.]+\", \"-\", d.metadata[\"Name\"]).lower(): d.version "
+        "for d in m.distributions(path=site)}))' %s" % release))
+    assert {name: installed.get(name) for name in chosen} == chosen, installed
+    assert "hidden_states.clone()" in host.file(
+        "%s/lib/python3.%s/site-packages/sglang/srt/models/deepseek_v2.py" % (release, minor)).content_string
