@@ -334,6 +334,8 @@ class ActionModule(ActionBase):
             # The host's audit timer judges it against this run's own arguments (no key, no secret file's hash).
             timer = dict(args["audit_timer"])
             timer["spec"] = _hostaudit.spec_of(args, timer)
+            # Only for the spec: the module's option has no such key.
+            timer.pop("textfile", None)
             args["audit_timer"] = result["audit_spec"] = timer
 
         if not fast_path and not args.get("live"):

@@ -167,7 +167,9 @@ def spec_of(probe_args: Dict[str, Any], timer: Dict[str, Any]) -> Dict[str, Any]
         if keys:
             live["api_key_file"] = keys
         spec["live"] = live
-    textfile = dict(probe_args.get("textfile") or {})
+    # The textfile it writes: this run's probe's, or where the role keeps it when this probe writes none
+    # (sglang_fast_path or sglang_metrics_textfile off): the timer writes it whatever the run does.
+    textfile = dict(probe_args.get("textfile") or timer.get("textfile") or {})
     textfile.pop("mode", None)
     spec["textfile"] = textfile
     spec["lease"] = dict(timer.get("lease") or {}, file=probe_args.get("lease_file"))

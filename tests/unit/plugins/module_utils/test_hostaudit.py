@@ -99,6 +99,20 @@ def test_the_spec_holds_no_key_and_no_hash_of_a_secret_file(host, tmp_path):
     assert (spec["interval"], spec["jitter"]) == (900, 120)
 
 
+@pytest.mark.parametrize("probe_writes", [True, False], ids=["this probe writes the textfile", "it writes none"])
+def test_the_specs_textfile_is_where_the_role_keeps_it_whether_this_probe_writes_it_or_not(host, probe_writes):
+    """sglang_fast_path or sglang_metrics_textfile off: the probe gets no textfile option, and the timer still
+    writes the role's (from the timer's own textfile); the same spec either way, the run's mode label left out."""
+    where = {"path": "/var/lib/prometheus/node-exporter/sglang_remediation.prom",
+             "state_file": "/var/lib/sglang-remediation/metrics-state.json", "replica": "", "audit_timer": True}
+    h = host("0.5.9")
+    args = h.args(textfile=dict(where, mode="remediate")) if probe_writes else h.args()
+    assert ("textfile" in args) is probe_writes
+    spec = HA.spec_of(args, {"interval": 900, "jitter": 120, "textfile": dict(where)})
+    assert spec["textfile"] == where
+    assert HA.paths(spec["service"], spec["textfile"]["path"])["heartbeat"].endswith("sglang_remediation_audit_timer.prom")
+
+
 def test_the_timer_audits_with_the_probes_engine_and_writes_the_textfile_as_timer(host, tmp_path):
     h = host("0.5.9")
     _spec_, path = _spec(h, tmp_path)
