@@ -24,7 +24,9 @@ description:
   - M(fleetops.sglang.sglang_release) adds the release directory the run builds, and the one an in-place venv
     becomes when it is adopted.
   - O(state=closed) ends a run whose change stands (it passed its gates, or needed no restart), with the list of
-    what changed; a set that changed nothing is discarded.
+    what changed; a set that changed nothing is discarded. Opening a set, and closing one that changed nothing,
+    report no change (the set is the run's bookkeeping in the state directory): a run that changes nothing
+    reports C(changed=0) with the fast path off too.
   - O(state=kept) ends a failed run whose change is left in place for a person to look at
     (C(sglang_rollback_on_failure=false)) the same way, as V(kept), which C(playbooks/rollback.yml) puts back
     as it puts back a closed one.
@@ -261,7 +263,9 @@ def main():
             manifest = changeset.open_set(p["state_dir"], p["run_id"], p["files"], p["venv"], p["dirs"],
                                           p["user"], p["group"], service_state(module, p["service"]), p["keep"],
                                           forward=p["forward"])
-            result.update(changed=True, id=manifest["id"], dir=manifest["dir"], set_state="open",
+            # Bookkeeping in the state directory, not a change of the host: a run that changes nothing reports
+            # none (its set is discarded at the close).
+            result.update(changed=False, id=manifest["id"], dir=manifest["dir"], set_state="open",
                           service=manifest["service"], release=manifest["release"])
         elif p["state"] in ("closed", "kept"):
             manifest = changeset.load(p["changeset"])
@@ -270,7 +274,8 @@ def main():
                 result.update(changes=changeset.changes(manifest), set_state="%s (check mode)" % p["state"])
             else:
                 closed = changeset.close_set(p["changeset"], state=p["state"])
-                result.update(changed=True, set_state=closed["state"], changes=closed["changes"])
+                result.update(changed=closed["state"] != "discarded", set_state=closed["state"],
+                              changes=closed["changes"])
         else:
             set_dir = p["changeset"]
             if set_dir == "newest":

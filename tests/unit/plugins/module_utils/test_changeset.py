@@ -381,3 +381,26 @@ def test_the_probe_gets_a_secret_bearing_files_sha256_in_its_no_log_argument_onl
                      "api_keys": {"path": "/k"}}
     assert secret == {"environment": "b" * 64, "api_keys": "c" * 64}
     assert files["environment"]["sha256"] == "b" * 64  # the caller's dict is left as it was
+
+
+def test_the_module_reports_a_change_only_when_the_run_changed_something(tmp_path):
+    """Opening a set, and closing one that changed nothing (discarded), are the run's bookkeeping: changed
+    false, so that a run with the fast path off that changes nothing reports changed=0. A set that changed a
+    file closes as changed."""
+    from conftest import MODULES, run_module
+
+    conf = tmp_path / "etc" / "sglang.env"
+    conf.parent.mkdir()
+    conf.write_text("A=1\n")
+    args = {"state": "opened", "state_dir": str(tmp_path / "state"), "run_id": "r1", "venv": str(tmp_path / "venv"),
+            "files": [str(conf)], "dirs": [], "user": "nobody", "group": "nogroup", "service": "sglang"}
+    module = MODULES / "sglang_changeset.py"
+    for edit, changed in ((False, False), (True, True)):
+        rc, opened = run_module(module, tmp_path, args)
+        assert rc == 0 and opened["changed"] is False and opened["set_state"] == "open", opened
+        if edit:
+            conf.write_text("A=2\n")
+        rc, closed = run_module(module, tmp_path, {"state": "closed", "state_dir": str(tmp_path / "state"),
+                                                   "changeset": opened["dir"]})
+        assert rc == 0 and closed["changed"] is changed, closed
+        assert closed["set_state"] == ("closed" if edit else "discarded"), closed
