@@ -2012,6 +2012,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[typing.Mapping[
 
     def wait(seconds: Optional[float]) -> bool:
         """Wait ``seconds`` (None: for ever); True when stopped or a peer rank went away first."""
+        if replica is None:
+            # No peer to watch: sleep until the signal (a server that serves for minutes wakes for nothing).
+            return stop.wait(seconds)
         deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
         while not lost():
             left = RENDEZVOUS_POLL if deadline is None else min(RENDEZVOUS_POLL, deadline - time.monotonic())
