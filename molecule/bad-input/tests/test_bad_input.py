@@ -42,6 +42,8 @@ STASH = "/root/bad-input-stash"  # outside every watched path
 ENV_FILE = "/etc/sglang/sglang.env"
 CHANGES_DIR = "/var/lib/sglang-remediation/changes"
 
+# A task of host.yml (the steps after the probe), by its name in the output.
+PATCH_TASK = "Remediate the EAGLE-3 embedding capture in the release this run deploys"
 
 def report_row(report_dir: Path) -> Dict[str, Any]:
     """The one host's row of the fleet report the callback wrote for the last run."""
@@ -330,6 +332,14 @@ def test_bad_input_fails_naming_the_cause_and_leaves_the_host_alone(host, conver
 def test_the_host_is_still_compliant_after_the_table(host):
     run = run_playbook()
     assert run.rc == 0 and run.changed() == 0, run.tail(120)
+    assert starts(host) == 1
+    # On the fast path the compliant host ended at its probe: no step after it was even loaded.
+    assert PATCH_TASK not in run.output, run.tail(120)
+    # sglang_fast_path=false: the same compliant host goes through every step (host.yml: install, patch,
+    # configure, service) and still changes nothing and starts nothing.
+    full = run_playbook(extra_vars={"sglang_fast_path": False})
+    assert full.rc == 0 and full.changed() == 0, full.tail(120)
+    assert PATCH_TASK in full.output and "Write the draft's view with the layer ids" in full.output, full.tail(120)
     assert starts(host) == 1
 
 

@@ -76,11 +76,12 @@ DOCUMENTED_LABELS = {
 }
 
 
-def run(playbook: Path, name: str, args=()) -> Tuple[Run, Dict[str, Any]]:
+def run(playbook: Path, name: str, args=(), env=None) -> Tuple[Run, Dict[str, Any]]:
     """One run with the fleet report enabled; (run, this host's report row)."""
     report_dir = ARTIFACTS / ("reports-" + name)
-    result = run_playbook(playbook, args=[*VARS, *args], env={
-        "ANSIBLE_CALLBACKS_ENABLED": "fleetops.sglang.sglang_report", "SGLANG_REPORT_DIR": str(report_dir)})
+    result = run_playbook(playbook, args=[*VARS, *args], env=dict({
+        "ANSIBLE_CALLBACKS_ENABLED": "fleetops.sglang.sglang_report", "SGLANG_REPORT_DIR": str(report_dir)},
+        **(env or {})))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / (name + ".log")).write_text(result.output)
     report = report_dir / "latest" / "fleet.json"
@@ -212,12 +213,34 @@ def test_systemd_expands_nothing_in_the_servers_arguments(host):
     assert host.check_output("systemctl show -p MainPID --value sglang") == pid
 
 
+def audit_with_bench(name: str, args=()) -> Tuple[Run, Dict[str, Any], Dict[str, Any]]:
+    """An audit with fleetops.sglang.sglang_bench counting too: (run, row, the host's bench counts)."""
+    out = ARTIFACTS / ("bench-%s.json" % name)
+    out.unlink(missing_ok=True)
+    result, row = run(AUDIT, name, args, env={
+        "ANSIBLE_CALLBACKS_ENABLED": "fleetops.sglang.sglang_report,fleetops.sglang.sglang_bench",
+        "SGLANG_BENCH_OUT": str(out)})
+    counts = json.loads(out.read_text()) if out.exists() else {}
+    return result, row, counts.get(row.get("host", ""), {})
+
+
 def test_audit_of_a_healthy_host_reads_it_live(host):
-    result, row = run(AUDIT, "audit-healthy")
+    result, row, bench = audit_with_bench("audit-healthy")
     assert result.rc == 0 and result.changed() == 0, result.tail()
     assert row["compliant"] is True and row["status"] == "ok", row
     assert row["live_source"] == "probe" and 3.2 <= row["live_accept_length"] <= 3.7, row
     assert row["live_settings"]["speculative_num_steps"] == 15
+    # The remediation's probe left the memo of its executed check: the audit answers from it.
+    assert bench.get("memo") == "hit", bench
+    # sglang_audit_memo=false: the check run again instead ("off"), the same files and live reading found
+    # right. The host audit timer's spec holds the probe's arguments, the memo's among them: the timer
+    # such a run would install differs from the one installed, its only finding. (The textfile is left as
+    # it is: sglang_metrics_textfile=false.)
+    result, unmemoed, bench = audit_with_bench("audit-healthy-no-memo", [
+        "-e", "sglang_audit_memo=false", "-e", "sglang_metrics_textfile=false"])
+    assert result.changed() == 0 and bench.get("memo") == "off", (bench, result.tail())
+    assert [d["code"] for d in unmemoed["drift"]] == ["timer.differs"], unmemoed["drift"]
+    assert unmemoed["live_source"] == "probe" and 3.2 <= unmemoed["live_accept_length"] <= 3.7, unmemoed
     s = textfile(host, "after-audit-healthy")
     assert s["sglang_remediation_compliant"] == 1 and s["sglang_remediation_restarts_total"] == 1
     assert 'mode="audit"' in "".join(k for k in s if k.startswith("sglang_remediation_info"))
@@ -304,6 +327,17 @@ def test_a_host_degraded_at_run_time_is_live_noncompliant_while_its_files_are_co
     assert {path: sha256(host, path) for path in ETC_FILES} == before
     assert starts(host) == 1
     (ARTIFACTS / "audit-degraded-row.json").write_text(json.dumps(row, indent=2) + "\n")
+    # sglang_live_check=false: the files alone are judged, and they are right: no live reading in the row and
+    # no live finding; the only one is the host audit timer's, whose spec would lose its live reading too.
+    # With sglang_metrics_textfile=false the degraded textfile (and the alert it fires) stays as it was.
+    text = host.file(TEXTFILE).content_string
+    result, files_only = run(AUDIT, "audit-degraded-no-live",
+                             ["-e", "sglang_live_check=false", "-e", "sglang_metrics_textfile=false"])
+    assert result.changed() == 0, result.tail()
+    assert [d["code"] for d in files_only["drift"]] == ["timer.differs"], files_only["drift"]
+    assert files_only["live_source"] == "not read" and files_only["live_accept_length"] is None, files_only
+    assert host.file(TEXTFILE).content_string == text
+    assert starts(host) == 1
 
 
 def test_the_accept_length_alert_fires_on_the_degraded_host(prometheus):
