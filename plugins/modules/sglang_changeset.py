@@ -24,9 +24,9 @@ description:
   - M(fleetops.sglang.sglang_release) adds the release directory the run builds, and the one an in-place venv
     becomes when it is adopted.
   - O(state=closed) ends a run whose change stands (it passed its gates, or needed no restart), with the list of
-    what changed; a set that changed nothing is discarded. Opening a set, and closing one that changed nothing,
-    report no change (the set is the run's bookkeeping in the state directory): a run that changes nothing
-    reports C(changed=0) with the fast path off too.
+    what changed; a set that changed nothing is discarded.
+  - Opening a set, and closing one that changed nothing, report no change (the set is the run's bookkeeping in
+    the state directory), so that a run that changes nothing reports C(changed=0) with the fast path off too.
   - O(state=kept) ends a failed run whose change is left in place for a person to look at
     (C(sglang_rollback_on_failure=false)) the same way, as V(kept), which C(playbooks/rollback.yml) puts back
     as it puts back a closed one.
