@@ -149,3 +149,30 @@ def test_what_reads_a_finished_run_reads_the_run_record_only():
     # Reset with the fields it is assembled from, in one place.
     reset = yaml.safe_load((ROLE / "tasks" / "run_record.yml").read_text())[0]["ansible.builtin.set_fact"]
     assert reset["_sglang_run"] is None
+
+
+def _task_facts(node, found: set) -> None:
+    """Every name a task of ``node`` (a task list, blocks included) registers or sets as a fact."""
+    if isinstance(node, list):
+        for item in node:
+            _task_facts(item, found)
+    elif isinstance(node, dict):
+        if isinstance(node.get("register"), str):
+            found.add(node["register"])
+        for action in ("ansible.builtin.set_fact", "set_fact"):
+            if isinstance(node.get(action), dict):
+                found.update(k for k in node[action] if k != "cacheable")
+        for key in ("block", "rescue", "always"):
+            _task_facts(node.get(key), found)
+
+
+def test_no_role_variable_is_shadowed_by_a_fact_the_role_sets():
+    """A registered result or a set_fact outranks vars/main.yml for the rest of the play: a role variable of the
+    same name would read the fact at the next include of the role (default's side_effect includes it three times
+    in one play), not its definition."""
+    facts: set = set()
+    for path in sorted((ROLE / "tasks").glob("*.yml")):
+        _task_facts(yaml.safe_load(path.read_text()), facts)
+    assert "_sglang_textfile" in facts and "_sglang_probe" in facts  # the walk sees registers and facts
+    role_vars = set(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))
+    assert sorted(role_vars & facts) == []
