@@ -162,16 +162,18 @@ def _task_facts(node, found: set) -> None:
         for action in ("ansible.builtin.set_fact", "set_fact"):
             if isinstance(node.get(action), dict):
                 found.update(k for k in node[action] if k != "cacheable")
-        for key in ("block", "rescue", "always"):
+        for key in ("block", "rescue", "always", "pre_tasks", "tasks", "post_tasks", "handlers"):
             _task_facts(node.get(key), found)
 
 
 def test_no_role_variable_is_shadowed_by_a_fact_the_role_sets():
     """A registered result or a set_fact outranks vars/main.yml for the rest of the play: a role variable of the
-    same name would read the fact at the next include of the role (default's side_effect includes it three times
-    in one play), not its definition."""
+    same name would read the fact at the next include of the role (default's side_effect includes it several
+    times in one play), not its definition. Facts the collection's playbooks set count too."""
     facts: set = set()
-    for path in sorted((ROLE / "tasks").glob("*.yml")):
+    # The role's tasks and handlers, and the collection's playbooks, which run it in their plays.
+    for path in sorted([*(ROLE / "tasks").glob("*.yml"), *(ROLE / "handlers").glob("*.yml"),
+                        *(ROOT / "playbooks").glob("*.yml"), ROOT / "remediate.yml"]):
         _task_facts(yaml.safe_load(path.read_text()), facts)
     assert "_sglang_textfile" in facts and "_sglang_probe" in facts  # the walk sees registers and facts
     role_vars = set(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))

@@ -8,8 +8,9 @@ whatever its parent had loaded. The parent, unless a playbook happens to templat
 has loaded no Jinja plugin: so the first ``when`` or argument of every worker that names a filter or
 a test loads every builtin filter and test plugin file again (``plugins/filter/core.py`` and the rest),
 builds the Jinja lexer's regular expressions again, and imports the collection's filters again. On
-2 cores that is about 13 ms of a skipped task's 28 ms of worker CPU (a playbook of skipped tasks,
-30 hosts: tests/unit/plugins/plugin_utils/test_prefork.py measures it).
+2 cores that was about 16 ms of a skipped task's 28 ms of worker CPU, and 137 ms of the 158 ms of a task
+with a collection filter (30 hosts; guide_performance.rst). tests/unit/plugins/plugin_utils/test_prefork.py
+asks the workers themselves what they found loaded.
 
 ``warm_up`` does that work once, before the first worker forks (the collection's report callback
 calls it from ``v2_playbook_on_start``), so every worker inherits it. It changes nothing a task
